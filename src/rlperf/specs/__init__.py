@@ -1,0 +1,1 @@
+"""Specs: small frozen value objects, validated once at the edge."""

@@ -1,0 +1,291 @@
+"""ModelSpec: a decoder-only transformer, read from a Hugging Face ``config.json``.
+
+Covers dense Llama / Qwen2 / Qwen2.5 / Qwen3 (GQA, QKV bias, QK-norm, tied embeddings) and MoE
+(Qwen2-MoE / Qwen3-MoE, Mixtral, DeepSeek-V3 with shared experts, dense first layers and MLA
+attention). Parameter counts follow the module structure ``transformers`` builds, so they can be
+checked against ``AutoModelForCausalLM.from_config`` on the meta device (tests/test_model_parity.py).
+
+FLOP conventions (one multiply-add = 2 FLOPs):
+- every matmul with a weight of ``n`` parameters costs ``2·n`` FLOPs per token (Kaplan et al.
+  2020, "Scaling Laws", Table 1); embedding lookups cost nothing, norms are not counted;
+- attention scores ``Q·Kᵀ`` and ``A·V`` cost ``2·h·d_qk`` and ``2·h·d_v`` FLOPs per
+  (query, key) pair. A causal pass over ``T`` new tokens after ``c`` cached ones touches
+  ``T·c + T(T+1)/2`` pairs; ``attention="full"`` counts ``T·(c+T)`` pairs, which is what a
+  dense (masked) kernel computes and what ``torch.utils.flop_counter`` reports.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from rlperf.errors import SpecError, parse
+from rlperf.specs.base import Spec
+from rlperf.specs.dtypes import bytes_per
+
+AttentionCount = Literal["causal", "full"]
+Recompute = Literal["none", "selective", "full"]
+
+
+class MoESpec(Spec):
+    """Mixture-of-experts feed-forward blocks."""
+
+    num_experts: int = Field(gt=0)
+    experts_per_token: int = Field(gt=0)
+    expert_intermediate_size: int = Field(gt=0)
+    # Shared (always-on) experts: DeepSeek-V3 has n_shared_experts of expert width, fused into one
+    # MLP; Qwen2-MoE has one shared MLP of its own width plus a sigmoid gate (d -> 1).
+    shared_intermediate_size: int = Field(default=0, ge=0)
+    shared_expert_gate: bool = False
+    # Router correction bias per expert (DeepSeek-V3 ``e_score_correction_bias``).
+    router_bias: bool = False
+    # Layers that stay dense: the first ``first_dense_layers`` layers and any in ``dense_layers``.
+    first_dense_layers: int = Field(default=0, ge=0)
+    dense_layers: tuple[int, ...] = ()
+    # A layer ``i`` (not dense) is sparse when ``(i + 1) % sparse_step == 0`` (Qwen MoE).
+    sparse_step: int = Field(default=1, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> MoESpec:
+        if self.experts_per_token > self.num_experts:
+            raise ValueError("experts_per_token must be <= num_experts")
+        return self
+
+
+class MLASpec(Spec):
+    """Multi-head latent attention (DeepSeek-V2/V3)."""
+
+    q_lora_rank: int | None = Field(default=None, gt=0)
+    kv_lora_rank: int = Field(gt=0)
+    qk_nope_head_dim: int = Field(gt=0)
+    qk_rope_head_dim: int = Field(gt=0)
+    v_head_dim: int = Field(gt=0)
+
+
+@dataclass(frozen=True)
+class ParamBreakdown:
+    """Parameter counts by kind (all layers summed)."""
+
+    embedding: int
+    lm_head: int
+    attention: int
+    dense_mlp: int
+    experts: int  # routed experts, all of them
+    shared_experts: int
+    router: int
+    norms: int
+
+    @property
+    def total(self) -> int:
+        return (
+            self.embedding
+            + self.lm_head
+            + self.attention
+            + self.dense_mlp
+            + self.experts
+            + self.shared_experts
+            + self.router
+            + self.norms
+        )
+
+
+class ModelSpec(Spec):
+    """A decoder-only transformer. Build with :meth:`from_hf_config` or :func:`load_model`."""
+
+    name: str = Field(min_length=1)
+    architecture: str = Field(min_length=1)  # HF model_type, e.g. "qwen2", "llama", "deepseek_v3"
+    hidden_size: int = Field(gt=0)
+    num_layers: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)  # dense MLP width
+    vocab_size: int = Field(gt=0)
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on q and k
+    max_position_embeddings: int = Field(default=32768, gt=0)
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.mla is None and self.num_heads % self.num_kv_heads != 0:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        return self
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_hf_config(cls, config: dict[str, Any], name: str | None = None) -> ModelSpec:
+        """Build from a parsed HF ``config.json`` dict."""
+        from rlperf.specs.hf_config import spec_fields_from_hf
+
+        fields = spec_fields_from_hf(config, name)
+        return parse(cls, fields, where="model")
+
+    @classmethod
+    def from_path(cls, path: str | Path) -> ModelSpec:
+        p = Path(path)
+        if p.is_dir():
+            p = p / "config.json"
+        if not p.is_file():
+            raise SpecError("model", f"no config.json at {str(path)!r}")
+        try:
+            data = json.loads(p.read_text())
+        except json.JSONDecodeError as err:
+            raise SpecError("model", f"{p} is not valid JSON ({err.msg} at line {err.lineno})") from None
+        stem = p.parent.name if p.name == "config.json" else p.stem
+        return cls.from_hf_config(data, name=stem)
+
+    # ------------------------------------------------------------------ structure
+    def is_moe_layer(self, layer: int) -> bool:
+        m = self.moe
+        if m is None:
+            return False
+        if layer < m.first_dense_layers or layer in m.dense_layers:
+            return False
+        return (layer + 1) % m.sparse_step == 0
+
+    @cached_property
+    def num_moe_layers(self) -> int:
+        return sum(1 for i in range(self.num_layers) if self.is_moe_layer(i))
+
+    @property
+    def q_head_dim(self) -> int:
+        """Per-head width of queries and keys."""
+        if self.mla is not None:
+            return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
+        return self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.mla.v_head_dim if self.mla is not None else self.head_dim
+
+    @cached_property
+    def attention_params_per_layer(self) -> int:
+        d, h = self.hidden_size, self.num_heads
+        if self.mla is not None:
+            m = self.mla
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            if m.q_lora_rank is None:
+                q = d * h * qk
+            else:
+                q = d * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * h * qk
+            kv = d * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+            kv += m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim)
+            o = h * m.v_head_dim * d
+            return q + kv + o
+        hd, kv_h = self.head_dim, self.num_kv_heads
+        q = d * h * hd + (h * hd if self.qkv_bias else 0)
+        k = d * kv_h * hd + (kv_h * hd if self.qkv_bias else 0)
+        v = k
+        o = h * hd * d + (d if self.o_bias else 0)
+        norm = 2 * hd if self.qk_norm else 0
+        return q + k + v + o + norm
+
+    def _mlp_params(self, width: int) -> int:
+        # SwiGLU: gate and up (d -> width), down (width -> d).
+        d = self.hidden_size
+        bias = (2 * width + d) if self.mlp_bias else 0
+        return 3 * d * width + bias
+
+    @cached_property
+    def breakdown(self) -> ParamBreakdown:
+        d = self.hidden_size
+        emb = self.vocab_size * d
+        head = 0 if self.tie_word_embeddings else self.vocab_size * d
+        attn = self.num_layers * self.attention_params_per_layer
+        dense = experts = shared = router = 0
+        m = self.moe
+        for i in range(self.num_layers):
+            if m is not None and self.is_moe_layer(i):
+                experts += m.num_experts * self._mlp_params(m.expert_intermediate_size)
+                router += d * m.num_experts + (m.num_experts if m.router_bias else 0)
+                if m.shared_intermediate_size:
+                    shared += self._mlp_params(m.shared_intermediate_size)
+                    shared += d if m.shared_expert_gate else 0
+            else:
+                dense += self._mlp_params(self.intermediate_size)
+        norms = self.num_layers * 2 * d + d
+        return ParamBreakdown(emb, head, attn, dense, experts, shared, router, norms)
+
+    @cached_property
+    def num_params(self) -> int:
+        """Total parameters, as ``sum(p.numel() for p in model.parameters())`` in transformers."""
+        return self.breakdown.total
+
+    @cached_property
+    def num_active_params(self) -> int:
+        """Parameters touched per token (routed experts counted ``experts_per_token`` times)."""
+        b = self.breakdown
+        if self.moe is None:
+            return b.total
+        per_expert = self._mlp_params(self.moe.expert_intermediate_size)
+        active_experts = self.num_moe_layers * self.moe.experts_per_token * per_expert
+        return b.total - b.experts + active_experts
+
+    @cached_property
+    def matmul_params_per_token(self) -> int:
+        """Weights that multiply each token in a forward pass (active, without the embedding
+        lookup and norms; the LM head counts even when tied)."""
+        b = self.breakdown
+        return self.num_active_params - b.embedding - b.norms + self.vocab_size * self.hidden_size - b.lm_head
+
+    # ------------------------------------------------------------------ FLOPs
+    def attention_pairs(self, num_tokens: int, context_tokens: int = 0, attention: AttentionCount = "causal") -> float:
+        """(query, key) pairs per layer and head for ``num_tokens`` new tokens after
+        ``context_tokens`` cached ones."""
+        t, c = float(num_tokens), float(context_tokens)
+        if attention == "full":
+            return t * (c + t)
+        return t * c + t * (t + 1.0) / 2.0
+
+    def attention_flops(self, num_tokens: int, context_tokens: int = 0, attention: AttentionCount = "causal") -> float:
+        """Score and value FLOPs (QKᵀ and AV) over all layers, forward."""
+        pairs = self.attention_pairs(num_tokens, context_tokens, attention)
+        per_pair = 2.0 * self.num_heads * (self.q_head_dim + self.v_head_dim)
+        return self.num_layers * per_pair * pairs
+
+    def linear_flops(self, num_tokens: int) -> float:
+        """Weight-matmul FLOPs of a forward pass over ``num_tokens`` tokens (incl. LM head)."""
+        return 2.0 * self.matmul_params_per_token * num_tokens
+
+    def forward_flops(self, num_tokens: int, context_tokens: int = 0, attention: AttentionCount = "causal") -> float:
+        """Forward FLOPs for ``num_tokens`` new tokens of one sequence after ``context_tokens``
+        cached tokens (``context_tokens=0`` is a prefill / teacher-forced pass)."""
+        if num_tokens < 0 or context_tokens < 0:
+            raise SpecError("num_tokens", "must be >= 0")
+        return self.linear_flops(num_tokens) + self.attention_flops(num_tokens, context_tokens, attention)
+
+    def train_flops(self, num_tokens: int, recompute: Recompute = "none", attention: AttentionCount = "causal") -> float:
+        """Forward + backward FLOPs for one sequence of ``num_tokens`` tokens.
+
+        Backward costs twice the forward (gradients w.r.t. activations and weights). Full
+        recompute replays the forward once more (8·P·T instead of 6·P·T); selective recompute
+        replays only the attention core (Korthikanti et al. 2022, "Reducing Activation
+        Recomputation in Large Transformer Models", §4)."""
+        fwd = self.forward_flops(num_tokens, 0, attention)
+        extra = {"none": 0.0, "selective": self.attention_flops(num_tokens, 0, attention), "full": fwd}[recompute]
+        return 3.0 * fwd + extra
+
+    # ------------------------------------------------------------------ bytes
+    def kv_bytes_per_token(self, dtype: str = "bf16") -> float:
+        """KV-cache bytes per token over all layers. MLA caches the compressed latent plus the
+        shared RoPE key (DeepSeek-V2 paper §2.1.2), as vLLM/SGLang do."""
+        b = bytes_per(dtype)
+        if self.mla is not None:
+            return self.num_layers * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * b
+        return 2.0 * self.num_layers * self.num_kv_heads * self.head_dim * b
+
+    def weight_bytes(self, dtype: str = "bf16") -> float:
+        return self.num_params * bytes_per(dtype)
+
+    def active_weight_bytes(self, dtype: str = "bf16") -> float:
+        return self.num_active_params * bytes_per(dtype)

@@ -1,0 +1,129 @@
+"""Parallel layouts: how one model is spread over devices for training and for generation.
+
+A :class:`TrainLayout` is a Megatron/FSDP-style layout for a trained or forward-only model
+(dp x tp x pp x cp ranks; ep carved out of dp x cp as in Megatron-Core MoE). An
+:class:`EngineLayout` is a vLLM/SGLang-style rollout engine layout (replicas x tp x pp).
+Both are frozen specs; divisibility against a model is checked by :func:`check_train_layout`
+and :func:`check_engine_layout` so an infeasible plan is rejected with its reason.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from rlperf.errors import SpecError
+from rlperf.specs.base import Spec
+from rlperf.specs.model import ModelSpec
+
+ZeroStage = Literal[0, 1, 2, 3]  # 3 == FSDP full sharding
+Recompute = Literal["none", "selective", "full"]
+PipelineSchedule = Literal["1f1b", "interleaved", "gpipe"]
+ContextParallel = Literal["ring", "ulysses"]
+
+
+class TrainLayout(Spec):
+    """Layout of a model on a training (or forward-only) engine."""
+
+    dp: int = Field(default=1, gt=0)
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    cp: int = Field(default=1, gt=0)  # context/sequence parallel degree over the sequence
+    cp_kind: ContextParallel = "ring"  # ring attention (Megatron CP) or Ulysses all-to-all (verl/DeepSpeed)
+    ep: int = Field(default=1, gt=0)  # expert parallel degree, carved out of dp*cp
+    sequence_parallel: bool = True  # Megatron SP on the TP group (activations sharded by tp)
+    zero_stage: ZeroStage = 3
+    pp_schedule: PipelineSchedule = "1f1b"
+    virtual_stages: int = Field(default=1, gt=0)  # model chunks per pp rank (interleaved)
+    recompute: Recompute = "full"
+    micro_batch_size: int = Field(default=1, gt=0)  # sequences per micro-batch (when no token budget)
+    max_tokens_per_microbatch: int | None = Field(default=None, gt=0)  # dynamic batching / packing
+    offload_params: bool = False
+    offload_optimizer: bool = False
+    param_dtype: str = "bf16"
+    grad_dtype: str = "fp32"  # gradient reduction dtype (verl FSDP reduces in fp32)
+    overlap_grad_comm: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainLayout:
+        if (self.dp * self.cp) % self.ep != 0:
+            raise ValueError("ep must divide dp*cp")
+        if self.pp_schedule == "interleaved" and self.virtual_stages < 2:
+            raise ValueError("interleaved schedule needs virtual_stages >= 2")
+        if self.pp_schedule != "interleaved" and self.virtual_stages != 1:
+            raise ValueError("virtual_stages > 1 needs pp_schedule='interleaved'")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def shard_degree(self) -> int:
+        """Ranks over which ZeRO/FSDP shards model states (the data-parallel ranks, incl. cp)."""
+        return self.dp * self.cp
+
+
+class EngineLayout(Spec):
+    """Layout of a rollout (generation) engine: ``replicas`` independent engines of tp x pp GPUs."""
+
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    ep: int = Field(default=1, gt=0)  # expert parallel inside one engine (uses its tp*pp GPUs)
+    replicas: int = Field(default=1, gt=0)
+    gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1)  # vLLM: weights + KV + activations
+    max_num_seqs: int = Field(default=256, gt=0)
+    max_num_batched_tokens: int = Field(default=8192, gt=0)  # chunked-prefill token budget per step
+    prefix_sharing: bool = True  # a prompt's KV is computed once and shared by its group's samples
+    dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.replicas
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineLayout:
+        if self.ep > 1 and self.ep != self.tp * self.pp:
+            raise ValueError("ep must equal tp*pp inside one engine (experts spread over the engine's GPUs)")
+        return self
+
+
+def _divides(field: str, degree: int, what: str, value: int) -> None:
+    if value % degree != 0:
+        raise SpecError(field, f"{degree} does not divide {what} ({value})")
+
+
+def check_train_layout(model: ModelSpec, layout: TrainLayout, prefix: str = "layout") -> None:
+    """Raise SpecError if ``layout`` cannot shard ``model`` (heads, layers, experts)."""
+    if model.mla is None:
+        # TP splits KV heads when tp <= num_kv_heads, else replicates each KV head tp/num_kv_heads times.
+        small, big = sorted((layout.tp, model.num_kv_heads))
+        _divides(f"{prefix}.tp", small, "num_kv_heads or tp", big)
+    _divides(f"{prefix}.tp", layout.tp, "num_heads", model.num_heads)
+    if layout.virtual_stages > 1:
+        _divides(f"{prefix}.virtual_stages", layout.pp * layout.virtual_stages, "num_layers", model.num_layers)
+    if layout.pp > model.num_layers:
+        raise SpecError(f"{prefix}.pp", f"{layout.pp} exceeds num_layers ({model.num_layers})")
+    if layout.cp_kind == "ulysses" and layout.cp > 1:
+        _divides(f"{prefix}.cp", layout.cp * layout.tp, "num_heads (Ulysses splits heads)", model.num_heads)
+    if layout.ep > 1:
+        if model.moe is None:
+            raise SpecError(f"{prefix}.ep", "expert parallelism needs an MoE model", "1")
+        _divides(f"{prefix}.ep", layout.ep, "num_experts", model.moe.num_experts)
+
+
+def check_engine_layout(model: ModelSpec, layout: EngineLayout, prefix: str = "engine") -> None:
+    """Raise SpecError if ``layout`` cannot shard ``model`` in a vLLM-like engine."""
+    _divides(f"{prefix}.tp", layout.tp, "num_heads", model.num_heads)
+    if layout.pp > model.num_layers:
+        raise SpecError(f"{prefix}.pp", f"{layout.pp} exceeds num_layers ({model.num_layers})")
+    if layout.ep > 1:
+        if model.moe is None:
+            raise SpecError(f"{prefix}.ep", "expert parallelism needs an MoE model", "1")
+        _divides(f"{prefix}.ep", layout.ep, "num_experts", model.moe.num_experts)

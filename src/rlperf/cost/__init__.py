@@ -1,0 +1,1 @@
+"""Per-operation costs: FLOPs, memory, roofline time, collectives."""

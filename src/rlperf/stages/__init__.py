@@ -1,0 +1,1 @@
+"""Stage cost models: rollout, forward-only passes, training step, weight sync."""

@@ -1,0 +1,1 @@
+"""The RL iteration simulator: a deterministic discrete-event simulation of iterations."""

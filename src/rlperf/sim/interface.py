@@ -1,0 +1,68 @@
+"""What the simulator asks of the stage cost models (one small protocol, aesthetics.md P6).
+
+The simulator decides *when* and *where* a stage runs; the cost models say *how long* it takes
+on a given number of GPUs. Keeping that boundary narrow lets tests drive the simulator with toy
+costs and check scheduling invariants exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from rlperf.sim.kernel import Segment
+from rlperf.stages.base import StageCost
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """Requests of one rollout call. Arrays are aligned (one entry per request)."""
+
+    prompt_tokens: np.ndarray  # int64
+    target_tokens: np.ndarray  # int64: response length the request would reach if unbounded
+    generated_tokens: np.ndarray  # int64: tokens already generated in earlier calls (partial rollout)
+    group_ids: np.ndarray  # int64: requests of one prompt share a group (prefix sharing, dispatch)
+
+    def __post_init__(self) -> None:
+        n = len(self.prompt_tokens)
+        assert len(self.target_tokens) == len(self.generated_tokens) == len(self.group_ids) == n
+        assert np.all(self.generated_tokens <= self.target_tokens)
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.prompt_tokens)
+
+
+@dataclass(frozen=True)
+class RolloutOutcome:
+    cost: StageCost
+    finish_s: np.ndarray  # per request, offset from the call's start (inf if unfinished)
+    generated_tokens: np.ndarray  # per request, total generated after this call
+    replica_finish_s: np.ndarray  # per replica, offset from start when it went idle
+    gpus_per_replica: int
+    tail_s: float  # time from 90% of requests finished to the end (Seer's "tail")
+    segments: tuple[Segment, ...] = ()
+
+
+class StageCosts(Protocol):
+    """Cost models for one resolved scenario. ``gpus`` is the number of GPUs granted."""
+
+    def rollout(self, batch: RolloutBatch, gpus: int, token_budget: int | None) -> RolloutOutcome: ...
+
+    def forward(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str) -> StageCost: ...
+
+    def train(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str) -> StageCost: ...
+
+    def reward(self, seq_tokens: np.ndarray, gpus: int) -> StageCost: ...
+
+    def weight_sync(self, rollout_gpus: int, train_gpus: int, same_pool: bool) -> StageCost: ...
+
+    def phase_switch(self, gpus: int, to: str) -> StageCost: ...
+
+    def min_gpus(self, key: str) -> int: ...
+
+    def engine_memory_bytes(self, gpus: int) -> float: ...
+
+    def hbm_bytes(self) -> float: ...

@@ -1,0 +1,508 @@
+"""Build the task graph of several RL iterations and run it on the discrete-event kernel.
+
+One iteration of an algorithm is its stage graph (rlperf.algorithms). The plan decides
+- where each stage runs (placement: pools of GPUs; colocated stages time-share one pool);
+- which policy version a rollout may use (execution mode): rollout ``i`` waits for the weights
+  of update ``i - 1 - s`` where ``s`` is the staleness bound (0 = synchronous, 1 = one-step
+  off-policy, s = fully asynchronous with bound s). A rollout always uses the newest weights
+  synced before it starts;
+- partial rollout: each response generates at most ``token_budget`` new tokens per iteration,
+  the unfinished ones continue in the next iteration (with their KV re-prefilled);
+- stage fusion: forward-only passes and the reward that depend only on the rollout run in
+  waves on the responses finished so far, on GPUs the rollout has released.
+
+Dynamic sampling (DAPO) runs generation in rounds of ``gen_batch_multiplier`` x prompts until
+``ceil(1 / (multiplier * keep_rate))`` rounds have produced enough mixed groups (the expected
+number, capped at ``max_gen_rounds``); oversampling (PRIME) generates ``oversample`` x prompts
+once and keeps the first share.
+
+The simulation is deterministic: workload draws are seeded by (seed, iteration) and the kernel
+orders simultaneous events by insertion.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rlperf.algorithms.spec import AlgorithmSpec, StageDef
+from rlperf.errors import SpecError
+from rlperf.sim.interface import RolloutBatch, RolloutOutcome, StageCosts
+from rlperf.sim.kernel import Kernel, Segment, Task, TaskRun
+from rlperf.sim.result import Bounds, PoolStats, SimResult, StageTime
+from rlperf.specs.plan import Plan
+from rlperf.stages.base import StageCost
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything the simulator needs besides the cost models (already validated)."""
+
+    name: str
+    algorithm: AlgorithmSpec
+    plan: Plan
+    num_gpus: int
+    prompts_per_step: int
+    group_size: int
+    sample: Any  # callable(step: int, num_prompts: int) -> (prompt_tokens (B,), response_tokens (B, G))
+    epochs: int = 1
+    minibatches: int = 1
+    keep_rate: float = 0.5  # dynamic sampling: expected share of groups kept per round
+    reward_on_gpu: bool = False
+    iterations: int = 4
+    warmup: int = 1
+    price_usd_per_gpu_hour: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.iterations < 1:
+            raise SpecError("iterations", "must be >= 1")
+        if not 0 <= self.warmup < self.iterations:
+            raise SpecError("warmup", f"must be in [0, iterations) = [0, {self.iterations})")
+        if not 0 < self.keep_rate <= 1:
+            raise SpecError("algorithm.keep_rate", "must be in (0, 1]")
+
+
+@dataclass
+class _Iter:
+    """Per-iteration data filled as tasks run (generation decides what training sees)."""
+
+    kept_seq_tokens: np.ndarray | None = None  # prompt + response tokens per kept response
+    kept_order: np.ndarray | None = None  # kept responses sorted by finish time (fusion chunks)
+    round_seq_tokens: np.ndarray | None = None  # every response finished by the latest rollout call
+    generated_tokens: float = 0.0
+    staleness: list[int] = field(default_factory=list)
+    tail_s: float = 0.0
+    stage_costs: dict[str, list[StageCost]] = field(default_factory=dict)
+
+
+def _pool_key(stage: StageDef) -> str:
+    if stage.kind == "generate":
+        return "generate"
+    return stage.role
+
+
+class Simulator:
+    def __init__(self, cfg: SimConfig, costs: StageCosts) -> None:
+        self.cfg = cfg
+        self.costs = costs
+        self.staleness_bound = cfg.plan.mode.effective_staleness
+        self.pools, self.assign = cfg.plan.placement.resolve(cfg.num_gpus)
+        self.pool_gpus = {p.name: p.num_gpus for p in self.pools}
+        self.stages = cfg.algorithm.active_stages(cfg.epochs * cfg.minibatches)
+        self.iters = [_Iter() for _ in range(cfg.iterations)]
+        self.kernel = Kernel(self.pool_gpus)
+        self.carry: RolloutBatch | None = None  # unfinished responses (partial rollout)
+        self.carry_version: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.version_synced = 0  # newest policy version on the rollout engine
+        self.task_pool: dict[str, str | None] = {}
+        self.task_stage: dict[str, str] = {}
+        self.rounds = 1
+        if cfg.algorithm.dynamic_sampling:
+            mult = cfg.algorithm.gen_batch_multiplier
+            self.rounds = min(cfg.algorithm.max_gen_rounds, math.ceil(1.0 / (mult * cfg.keep_rate) - 1e-9))
+        self.colocated_switch = (
+            cfg.plan.offload_between_phases and self.assign["generate"] == self.assign["actor"]
+        )
+        for key in ("generate", "actor"):
+            need = costs.min_gpus(key)
+            have = self.pool_gpus[self.assign[key]]
+            if need > have:
+                raise SpecError(f"plan.placement ({key})", f"needs at least {need} GPUs, its pool has {have}")
+
+    # ------------------------------------------------------------------ helpers
+    def _need(self, key: str | None, elastic: bool = False) -> dict[str, tuple[int, int]]:
+        if key is None:
+            return {}
+        pool = self.assign[key]
+        n = self.pool_gpus[pool]
+        lo = min(n, self.costs.min_gpus(key)) if elastic else n
+        return {pool: (lo, n)}
+
+    def _add(self, name: str, stage: str, prio: tuple[int, ...], deps: tuple[str, ...],
+             key: str | None, run: Any, it: int, elastic: bool = False) -> None:
+        needs = self._need(key, elastic)
+        self.kernel.add(Task(name, prio, deps, needs, run, it))
+        self.task_pool[name] = next(iter(needs)) if needs else None
+        self.task_stage[name] = stage
+
+    def _record(self, it: int, stage: str, cost: StageCost) -> None:
+        self.iters[it].stage_costs.setdefault(stage, []).append(cost)
+
+    def _simple_run(self, it: int, stage: str, fn: Any) -> Any:
+        def run(now: float, grant: dict[str, int]) -> TaskRun:
+            gpus = sum(grant.values())
+            cost: StageCost = fn(gpus)
+            self._record(it, stage, cost)
+            pool = next(iter(grant), "cpu")
+            seg = Segment(pool, stage, now, now + cost.time_s, gpus, it)
+            return TaskRun(duration_s=cost.time_s, segments=(seg,))
+
+        return run
+
+    # ------------------------------------------------------------------ rollout
+    def _new_requests(self, it: int, rnd: int) -> tuple[np.ndarray, np.ndarray]:
+        cfg = self.cfg
+        prompts = cfg.prompts_per_step
+        if cfg.algorithm.dynamic_sampling:
+            prompts = round(cfg.algorithm.gen_batch_multiplier * prompts)
+        elif cfg.algorithm.oversample > 1:
+            prompts = round(cfg.algorithm.oversample * prompts)
+        p, r = cfg.sample(it * 1000 + rnd, prompts)
+        return np.asarray(p, dtype=np.int64), np.asarray(r, dtype=np.int64)
+
+    def _rollout_run(self, it: int, rnd: int, greedy: bool) -> Any:
+        cfg = self.cfg
+        budget = cfg.plan.mode.token_budget if cfg.plan.mode.kind == "partial_rollout" else None
+
+        def run(now: float, grant: dict[str, int]) -> TaskRun:
+            gpus = sum(grant.values())
+            pool = next(iter(grant))
+            state = self.iters[it]
+            p, r = self._new_requests(it, rnd)
+            g = r.shape[1]
+            if greedy:  # ReMax: one greedy response per prompt; its length follows the first sample
+                batch = RolloutBatch(p, r[:, 0].copy(), np.zeros(len(p), np.int64), np.arange(len(p), dtype=np.int64))
+                versions = np.full(len(p), self.version_synced, np.int64)
+            else:
+                batch = RolloutBatch(
+                    np.repeat(p, g), r.reshape(-1), np.zeros(r.size, np.int64), np.repeat(np.arange(len(p), dtype=np.int64), g)
+                )
+                versions = np.full(batch.num_requests, self.version_synced, np.int64)
+                if self.carry is not None and self.carry.num_requests:
+                    c = self.carry
+                    offset = int(batch.group_ids.max(initial=-1)) + 1
+                    batch = RolloutBatch(
+                        np.concatenate([c.prompt_tokens, batch.prompt_tokens]),
+                        np.concatenate([c.target_tokens, batch.target_tokens]),
+                        np.concatenate([c.generated_tokens, batch.generated_tokens]),
+                        np.concatenate([c.group_ids + offset, batch.group_ids]),
+                    )
+                    versions = np.concatenate([self.carry_version, versions])
+            before = int(batch.generated_tokens.sum())
+            out: RolloutOutcome = self.costs.rollout(batch, gpus, budget)
+            assert out.generated_tokens.shape == batch.target_tokens.shape
+            assert np.all(out.generated_tokens <= batch.target_tokens)
+            state.generated_tokens += float(out.generated_tokens.sum() - before)
+            self._record(it, "generate_greedy" if greedy else "generate", out.cost)
+            state.tail_s += out.tail_s
+            finished = out.generated_tokens >= batch.target_tokens
+            if not greedy:
+                if budget is not None:
+                    keep = ~finished
+                    self.carry = RolloutBatch(
+                        batch.prompt_tokens[keep], batch.target_tokens[keep], out.generated_tokens[keep], batch.group_ids[keep]
+                    )
+                    self.carry_version = versions[keep]
+                else:
+                    assert finished.all(), "rollout without a budget must finish every request"
+                self._collect(it, rnd, batch, out, finished, versions)
+            duration = out.cost.time_s
+            releases = tuple(
+                (float(t), pool, out.gpus_per_replica) for t in np.sort(out.replica_finish_s) if t < duration - 1e-12
+            )
+            milestones = self._milestones(it, rnd, out)
+            track = f"{pool}"
+            segs = tuple(
+                Segment(f"{track}/{s.track}", s.name, now + s.start_s, now + s.end_s, s.gpus, it, s.args) for s in out.segments
+            ) or (Segment(track, "generate", now, now + duration, gpus, it),)
+            return TaskRun(duration_s=duration, releases=releases, milestones=milestones, segments=segs)
+
+        return run
+
+    def _collect(self, it: int, rnd: int, batch: RolloutBatch, out: RolloutOutcome,
+                 finished: np.ndarray, versions: np.ndarray) -> None:
+        """Decide which finished responses training sees in iteration ``it``."""
+        state = self.iters[it]
+        seq = (batch.prompt_tokens + batch.target_tokens)[finished]
+        fin_t = out.finish_s[finished]
+        ver = versions[finished]
+        cfg = self.cfg
+        want = cfg.prompts_per_step * cfg.group_size
+        if cfg.algorithm.dynamic_sampling or cfg.algorithm.oversample > 1:
+            # Kept groups: the first ones generated (filtering keeps whole groups; which ones is
+            # decided by rewards, which the performance model does not know, so take them in order).
+            prev = state.kept_seq_tokens
+            prev_n = 0 if prev is None else len(prev)
+            take = max(0, min(want - prev_n, len(seq)))
+            seq, fin_t, ver = seq[:take], fin_t[:take], ver[:take]
+            if prev is not None:
+                seq = np.concatenate([prev, seq])
+        state.round_seq_tokens = (batch.prompt_tokens + batch.target_tokens)[finished]
+        state.kept_seq_tokens = seq
+        # Completion order of the kept responses: fusion waves take them in this order.
+        state.kept_order = np.argsort(fin_t, kind="stable") if len(fin_t) == len(seq) else np.arange(len(seq))
+        state.staleness.extend(int(it - v) for v in ver)
+
+    def _milestones(self, it: int, rnd: int, out: RolloutOutcome) -> tuple[tuple[float, str], ...]:
+        mode = self.cfg.plan.mode
+        if not (mode.fusion and self._fusable()) or rnd != self.rounds - 1:
+            return ()
+        fin = np.sort(out.finish_s[np.isfinite(out.finish_s)])
+        if len(fin) == 0:
+            return tuple((out.cost.time_s, f"gen#{it}:chunk{c}") for c in range(mode.fusion_chunks))
+        ms = []
+        for c in range(mode.fusion_chunks):
+            k = math.ceil((c + 1) * len(fin) / mode.fusion_chunks) - 1
+            ms.append((float(min(fin[k], out.cost.time_s)), f"gen#{it}:chunk{c}"))
+        return tuple(ms)
+
+    def _fusable(self) -> bool:
+        a = self.cfg.algorithm
+        return not (a.dynamic_sampling or a.oversample > 1) and self.cfg.plan.mode.kind != "partial_rollout"
+
+    # ------------------------------------------------------------------ graph
+    def build(self) -> None:
+        cfg = self.cfg
+        gen_pool = self.assign["generate"]
+        actor_pool = self.assign["actor"]
+        s = self.staleness_bound
+        for it in range(cfg.iterations):
+            # Weights of version ``it`` reach the rollout engine after update ``it - 1``.
+            if it >= 1:
+                self._add_sync(it, gen_pool, actor_pool)
+            gen_deps: tuple[str, ...] = ()
+            v_needed = it - s
+            if v_needed >= 1:
+                gen_deps = (f"sync#{v_needed}",)
+            for order, st in enumerate(self.stages):
+                self._add_stage(it, order, st, gen_deps)
+
+    def _add_sync(self, v: int, gen_pool: str, actor_pool: str) -> None:
+        it = v
+        deps = (f"actor_update#{v - 1}",)
+        same = gen_pool == actor_pool
+
+        def run(now: float, grant: dict[str, int]) -> TaskRun:
+            if same and self.colocated_switch:
+                cost = self.costs.phase_switch(self.pool_gpus[gen_pool], "rollout")
+                sync = self.costs.weight_sync(self.pool_gpus[gen_pool], self.pool_gpus[actor_pool], True)
+                cost = StageCost("weight_sync", cost.time_s + sync.time_s, cost.num_gpus, cost.work_s + sync.work_s,
+                                 cost.depth_s + sync.depth_s, comm_bytes=sync.comm_bytes,
+                                 breakdown=(("offload", cost.time_s), ("reshard", sync.time_s)))
+            else:
+                cost = self.costs.weight_sync(self.pool_gpus[gen_pool], self.pool_gpus[actor_pool], same)
+            self._record(it, "weight_sync", cost)
+            self.version_synced = max(self.version_synced, v)
+            segs = tuple(Segment(p, "weight_sync", now, now + cost.time_s, g, it) for p, g in grant.items())
+            return TaskRun(duration_s=cost.time_s, segments=segs)
+
+        needs = {gen_pool: (self.pool_gpus[gen_pool],) * 2}
+        if not same:
+            needs[actor_pool] = (self.pool_gpus[actor_pool],) * 2
+        self.kernel.add(Task(f"sync#{v}", (v, 0, 0), deps, needs, run, it))
+        self.task_pool[f"sync#{v}"] = gen_pool
+        self.task_stage[f"sync#{v}"] = "weight_sync"
+
+    def _add_stage(self, it: int, order: int, st: StageDef, gen_deps: tuple[str, ...]) -> None:
+        cfg = self.cfg
+        prio = (it, 1 + order)
+        name = f"{st.name}#{it}"
+        deps = tuple(f"{d}#{it}" for d in st.deps)
+        if st.kind == "generate":
+            greedy = st.tokens == "greedy"
+            rounds = 1 if greedy else self.rounds
+            for rnd in range(rounds):
+                rdeps = deps + gen_deps
+                if rnd > 0:  # another round only after the previous one was scored
+                    rdeps = rdeps + (f"reward#{it}.r{rnd - 1}",)
+                tname = name if rnd == rounds - 1 else f"{name}.r{rnd}"
+                self._add(tname, st.name, prio + (rnd,), rdeps, "generate", self._rollout_run(it, rnd, greedy), it)
+                if rnd < rounds - 1:
+                    self._add(f"reward#{it}.r{rnd}", "reward", (it, 1 + order, rnd, 1), (tname,),
+                              self._reward_key(), self._simple_run(it, "reward", lambda g, it=it, rnd=rnd: self._reward_cost(it, g)), it)
+            if self.colocated_switch and not greedy:
+                # Colocated: after the rollout, free the engine and onload training states.
+                self._add(f"to_train#{it}", "phase_switch", prio + (99,), (name,), "actor",
+                          self._simple_run(it, "phase_switch", lambda g: self.costs.phase_switch(g, "train")), it)
+            return
+        if st.kind == "driver":
+            self._add(name, st.name, prio, deps, None, lambda now, grant: TaskRun(0.0), it)
+            return
+        extra: tuple[str, ...] = ()
+        if self.colocated_switch and self.assign[_pool_key(st)] == self.assign["generate"]:
+            extra = (f"to_train#{it}",)
+        if st.kind == "reward":
+            key = self._reward_key()
+            fn = lambda g, it=it: self._reward_cost(it, g)
+        elif st.kind == "forward":
+            key = st.role
+            fn = lambda g, it=it, st=st: self.costs.forward(st.role, self._kept(it), g, st.name)
+        else:
+            key = st.role
+            fn = lambda g, it=it, st=st: self.costs.train(st.role, self._kept(it), g, st.name)
+        fused = (
+            cfg.plan.mode.fusion and self._fusable() and st.kind in ("forward", "reward") and set(st.deps) <= {"generate"}
+        )
+        if not fused:
+            self._add(name, st.name, prio, deps + extra, key, self._simple_run(it, st.name, fn), it)
+            return
+        chunks = cfg.plan.mode.fusion_chunks
+        for c in range(chunks):
+            cfn = (
+                (lambda g, it=it, c=c: self._reward_cost(it, g, c))
+                if st.kind == "reward"
+                else (lambda g, it=it, st=st, c=c: self.costs.forward(st.role, self._kept(it, c), g, st.name))
+            )
+            self._add(f"{name}.c{c}", st.name, prio + (c,), (f"gen#{it}:chunk{c}",), key,
+                      self._simple_run(it, st.name, cfn), it, elastic=True)
+        self._add(name, st.name, prio + (chunks,), tuple(f"{name}.c{c}" for c in range(chunks)), None,
+                  lambda now, grant: TaskRun(0.0), it)
+
+    def _reward_key(self) -> str | None:
+        return "reward_model" if self.cfg.reward_on_gpu else None
+
+    def _reward_cost(self, it: int, gpus: int, chunk: int | None = None) -> StageCost:
+        # The reward scores everything generated (incl. responses later filtered out).
+        st = self.iters[it]
+        if chunk is None and st.round_seq_tokens is not None:
+            return self.costs.reward(st.round_seq_tokens, gpus)
+        return self.costs.reward(self._kept(it, chunk), gpus)
+
+    def _kept(self, it: int, chunk: int | None = None) -> np.ndarray:
+        st = self.iters[it]
+        assert st.kept_seq_tokens is not None, f"iteration {it}: no rollout data yet"
+        if chunk is None:
+            return st.kept_seq_tokens
+        assert st.kept_order is not None
+        parts = np.array_split(st.kept_order, self.cfg.plan.mode.fusion_chunks)
+        return st.kept_seq_tokens[parts[chunk]]
+
+    # ------------------------------------------------------------------ results
+    def run(self) -> SimResult:
+        self.build()
+        self.kernel.run()
+        return self._result()
+
+    def _result(self) -> SimResult:
+        cfg = self.cfg
+        k = self.kernel
+        ends = [k.task(f"actor_update#{i}").end_s for i in range(cfg.iterations)]
+        step_times = tuple(float(e - (ends[i - 1] if i else 0.0)) for i, e in enumerate(ends))
+        w0 = ends[cfg.warmup - 1] if cfg.warmup else 0.0
+        w1 = ends[-1]
+        steps = cfg.iterations - cfg.warmup
+        step_time = (w1 - w0) / steps
+
+        steady = range(cfg.warmup, cfg.iterations)
+        stage_rows: list[StageTime] = []
+        names: list[str] = []
+        for it in steady:
+            for n in self.iters[it].stage_costs:
+                if n not in names:
+                    names.append(n)
+        stage_pool = {self.task_stage[t]: p for t, p in self.task_pool.items()}
+        for n in names:
+            durs: list[float] = []
+            costs: list[StageCost] = []
+            for it in steady:
+                durs.append(sum(t.end_s - t.start_s for t in k.done if t.iteration == it and self.task_stage.get(t.name) == n))
+                costs.extend(self.iters[it].stage_costs.get(n, []))
+            stage_rows.append(StageTime(
+                name=n,
+                pool=stage_pool.get(n) or "cpu",
+                time_s=float(np.mean(durs)),
+                gpus=max((c.num_gpus for c in costs), default=0),
+                work_s=sum(c.work_s for c in costs) / steps,
+                depth_s=sum(c.depth_s for c in costs) / steps,
+                flops=sum(c.flops for c in costs) / steps,
+                peak_memory_bytes=max((c.peak_memory_bytes for c in costs), default=0.0),
+            ))
+
+        pools = tuple(self._pool_stats(p.name, p.num_gpus, w0, w1, steps) for p in self.pools)
+        kept_tokens = [float(self.iters[it].kept_seq_tokens.sum()) for it in steady if self.iters[it].kept_seq_tokens is not None]
+        tokens_per_step = float(np.mean(kept_tokens)) if kept_tokens else 0.0
+        gen_tokens = float(np.mean([self.iters[it].generated_tokens for it in steady]))
+        staleness = tuple(s for it in steady for s in self.iters[it].staleness)
+        price = cfg.price_usd_per_gpu_hour
+        cost = None if price is None else step_time * cfg.num_gpus * price / 3600.0
+        bounds = self._bounds(step_time, stage_rows)
+        segments = tuple(seg for t in sorted(k.done, key=lambda t: (t.start_s, t.name)) if t.result for seg in t.result.segments)
+        notes: list[str] = []
+        if self.rounds > 1:
+            notes.append(f"dynamic sampling: {self.rounds} generation rounds per step (keep rate {cfg.keep_rate})")
+        return SimResult(
+            scenario=cfg.name,
+            algorithm=cfg.algorithm.name,
+            placement=cfg.plan.placement.kind,
+            mode=cfg.plan.mode.kind + (" + fusion" if cfg.plan.mode.fusion else ""),
+            num_gpus=cfg.num_gpus,
+            iterations=cfg.iterations,
+            warmup=cfg.warmup,
+            step_time_s=step_time,
+            step_times_s=step_times,
+            stages=tuple(stage_rows),
+            pools=pools,
+            tokens_per_step=tokens_per_step,
+            generated_tokens_per_step=gen_tokens,
+            tokens_per_s=tokens_per_step / step_time if step_time > 0 else 0.0,
+            tokens_per_s_per_gpu=tokens_per_step / step_time / cfg.num_gpus if step_time > 0 else 0.0,
+            staleness=staleness,
+            cost_usd_per_step=cost,
+            bounds=bounds,
+            rollout_tail_s=float(np.mean([self.iters[it].tail_s for it in steady])),
+            segments=segments,
+            notes=tuple(notes),
+        )
+
+    def _intervals(self, pool: str) -> list[tuple[float, float, int]]:
+        out: list[tuple[float, float, int]] = []
+        for t in self.kernel.done:
+            g = t.granted.get(pool, 0)
+            if not g:
+                continue
+            assert t.result is not None
+            rest = g
+            for off, p, rg in t.result.releases:
+                if p == pool:
+                    out.append((t.start_s, t.start_s + off, rg))
+                    rest -= rg
+            out.append((t.start_s, t.end_s, rest))
+        return out
+
+    def _pool_stats(self, pool: str, gpus: int, w0: float, w1: float, steps: int) -> PoolStats:
+        iv = self._intervals(pool)
+        busy = sum(max(0.0, min(b, w1) - max(a, w0)) * g for a, b, g in iv)
+        util = busy / (gpus * max(w1 - w0, 1e-12))
+        assert util <= 1.0 + 1e-6, (pool, util)
+        # Idle wall time: no GPU of the pool allocated.
+        spans = sorted((max(a, w0), min(b, w1)) for a, b, g in iv if g > 0 and min(b, w1) > max(a, w0))
+        covered, cur_a, cur_b = 0.0, None, None
+        for a, b in spans:
+            if cur_b is None or a > cur_b:
+                if cur_b is not None:
+                    covered += cur_b - cur_a  # type: ignore[operator]
+                cur_a, cur_b = a, b
+            else:
+                cur_b = max(cur_b, b)
+        if cur_b is not None:
+            covered += cur_b - cur_a  # type: ignore[operator]
+        idle = max(0.0, (w1 - w0) - covered) / steps
+        on_pool = {self.task_stage[t] for t, p in self.task_pool.items() if p == pool}
+        peak = max(
+            (c.peak_memory_bytes for it in self.iters for n, cs in it.stage_costs.items() if n in on_pool for c in cs),
+            default=0.0,
+        )
+        if pool == self.assign["generate"]:
+            peak = max(peak, self.costs.engine_memory_bytes(self.pool_gpus[pool]))
+        return PoolStats(pool, gpus, float(min(util, 1.0)), idle, peak, self.costs.hbm_bytes())
+
+    def _bounds(self, step_time: float, stages: list[StageTime]) -> Bounds:
+        # Depth of one iteration: the longest path through the stage DAG, each stage weighted by
+        # its depth (critical path with unlimited devices), plus the weight sync that precedes it.
+        depth = {s.name: s.depth_s for s in stages}
+        longest: dict[str, float] = {}
+        for st in self.stages:
+            base = max((longest.get(d, 0.0) for d in st.deps), default=depth.get("weight_sync", 0.0))
+            longest[st.name] = base + depth.get(st.name, 0.0)
+        path = max(longest.values(), default=0.0)
+        work = sum(s.work_s for s in stages)
+        p = self.cfg.num_gpus
+        lb = max(work / p, path / (self.staleness_bound + 1), max((s.depth_s for s in stages), default=0.0))
+        return Bounds(work, path, p, self.staleness_bound, lb, step_time / lb if lb > 0 else math.inf)
+
+
+def simulate(cfg: SimConfig, costs: StageCosts) -> SimResult:
+    return Simulator(cfg, costs).run()

@@ -42,13 +42,25 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Exit as ex:
         raise SystemExit(ex.exit_code) from None
     except Exception as err:  # click usage errors
+        # typer >= 0.20 raises the exceptions of its vendored click (typer._click), not click's.
         import click
 
-        if isinstance(err, click.exceptions.ClickException):
-            print(f"error: {err.format_message()}", file=sys.stderr)
-            raise SystemExit(2) from None
-        if isinstance(err, click.exceptions.Abort):
-            raise SystemExit(130) from None
+        modules = [click.exceptions]
+        try:
+            from typer import _click
+
+            modules.append(_click.exceptions)
+        except ImportError:  # older typer uses click itself
+            pass
+        for exc in modules:
+            if isinstance(err, getattr(exc, "NoArgsIsHelpError", ())):  # bare group: show its help
+                print(err.format_message())
+                raise SystemExit(0) from None
+            if isinstance(err, exc.ClickException):
+                print(f"error: {err.format_message()}", file=sys.stderr)
+                raise SystemExit(2) from None
+            if isinstance(err, exc.Abort):
+                raise SystemExit(130) from None
         raise
 
 

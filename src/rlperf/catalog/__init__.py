@@ -1,0 +1,100 @@
+"""The model catalog: published Hugging Face ``config.json`` files shipped with the package.
+
+``load_model`` accepts a catalog name (any case, with or without an ``org/`` prefix, or an alias
+with the same shapes, e.g. ``DeepSeek-V3`` or ``Qwen/Qwen2.5-7B-Instruct``), a path to a
+``config.json``, or a folder that holds one. Parsed specs are cached.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import Any
+
+from rlperf.errors import SpecError, unknown_name
+from rlperf.specs.model import ModelSpec
+
+MODELS_DIR = Path(__file__).parent / "models"
+
+# Other published checkpoints with the same tensor shapes as a catalog entry (name -> entry).
+ALIASES: dict[str, str] = {
+    "DeepSeek-V3": "DeepSeek-R1",
+    "DeepSeek-V3-0324": "DeepSeek-R1",
+    "DeepSeek-V3-Base": "DeepSeek-R1",
+    "DeepSeek-R1-0528": "DeepSeek-R1",
+    "DeepSeek-R1-Zero": "DeepSeek-R1",
+    "Meta-Llama-3.1-8B": "Llama-3.1-8B",
+    "Meta-Llama-3.1-70B": "Llama-3.1-70B",
+    "Meta-Llama-3.1-405B": "Llama-3.1-405B",
+    "Mixtral-8x7B": "Mixtral-8x7B-v0.1",
+    "Mixtral-8x7B-Instruct-v0.1": "Mixtral-8x7B-v0.1",
+    "Qwen2.5-Math-7B-Instruct": "Qwen2.5-Math-7B",
+}
+# Instruction-tuned and base releases share shapes with the entry they are named after.
+_VARIANT_SUFFIXES = ("-instruct", "-base")
+
+
+def list_models() -> list[str]:
+    """Names of the catalog entries, sorted case-insensitively."""
+    return sorted((p.stem for p in MODELS_DIR.glob("*.json")), key=str.lower)
+
+
+def aliases_of(name: str) -> list[str]:
+    """Aliases that resolve to the catalog entry ``name``."""
+    return sorted(alias for alias, target in ALIASES.items() if target == name)
+
+
+def resolve_name(name: str) -> str:
+    """The catalog entry a name refers to; raises ``SpecError`` with suggestions if none."""
+    entries = {n.lower(): n for n in list_models()}
+    aliases = {a.lower(): t for a, t in ALIASES.items()}
+    key = name.strip().rsplit("/", 1)[-1].lower()
+    candidates = [key] + [key[: -len(s)] for s in _VARIANT_SUFFIXES if key.endswith(s)]
+    for cand in candidates:
+        if cand in entries:
+            return entries[cand]
+        if cand in aliases:
+            return aliases[cand]
+    raise unknown_name("model", name, list(entries.values()) + list(ALIASES))
+
+
+def load_config(name: str) -> dict[str, Any]:
+    """The published ``config.json`` of a catalog entry, as a fresh dict."""
+    path = MODELS_DIR / f"{resolve_name(name)}.json"
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def load_model(name_or_path: str | Path) -> ModelSpec:
+    """A ``ModelSpec`` from a catalog name or alias, a ``config.json`` path, or a folder."""
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.is_file() or (path / "config.json").is_file():
+        resolved = path.resolve()
+        return _load_path(str(resolved), resolved.stat().st_mtime_ns)
+    if isinstance(name_or_path, Path) or text.endswith(".json") or path.is_dir():
+        raise SpecError("model", f"no config.json at {text!r}")
+    return _load_entry(resolve_name(text))
+
+
+@cache
+def _load_entry(entry: str) -> ModelSpec:
+    return ModelSpec.from_hf_config(load_config(entry), name=entry)
+
+
+@lru_cache(maxsize=64)
+def _load_path(path: str, mtime_ns: int) -> ModelSpec:
+    # mtime_ns is part of the cache key so an edited file is parsed again.
+    return ModelSpec.from_path(path)
+
+
+__all__ = [
+    "ALIASES",
+    "MODELS_DIR",
+    "aliases_of",
+    "list_models",
+    "load_config",
+    "load_model",
+    "resolve_name",
+]

@@ -1,18 +1,30 @@
 """Accelerators, their achieved efficiencies (the hardware profile), and clusters.
 
 Peak numbers are facts with sources (``data/hardware.yaml``, built from
-shared/research/hardware.yaml). Achieved efficiencies are *data* in a :class:`HardwareProfile`,
-never constants in code: a profile can be replaced by ``--hardware-profile FILE`` (e.g. one
-written by ``rlperf calibrate``).
+shared/research/hardware.yaml). Achieved efficiencies are *data* in a :class:`HardwareProfile`
+(``data/profiles.yaml``), never constants in code: a profile can be replaced by
+``--hardware-profile FILE`` (e.g. one written by ``rlperf calibrate``).
 
 Units: FLOP/s, bytes, bytes/s, seconds (SI, decimal).
 """
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field, model_validator
 
 from rlperf.specs.base import Spec
+
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+class Source(Spec):
+    """Where some fields of a record come from."""
+
+    fields: tuple[str, ...]
+    url: str
+    note: str = ""
 
 
 class Accelerator(Spec):
@@ -21,15 +33,25 @@ class Accelerator(Spec):
     id: str = Field(min_length=1)
     name: str
     vendor: str = ""
+    architecture: str = ""
+    aliases: tuple[str, ...] = ()  # other names accepted by load_accelerator (normalized)
     peak_flops: dict[str, float]  # dtype -> dense peak FLOP/s (tensor units), e.g. {"bf16": 989e12}
     fp32_vector_flops: float = Field(default=0.0, ge=0)  # non-tensor FP32 (elementwise, optimizer)
     hbm_bytes: float = Field(gt=0)
     hbm_bandwidth_bytes_per_s: float = Field(gt=0)
     intra_node_bandwidth_bytes_per_s: float = Field(gt=0)  # per GPU, one direction (NVLink)
+    # Full-mesh fabrics (AMD Infinity Fabric): one GPU pair's direct link, one direction. A group
+    # of r GPUs then reaches at most (r-1) links; None on switched fabrics (NVSwitch), where any
+    # group gets the full per-GPU bandwidth.
+    p2p_link_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
     nic_bandwidth_bytes_per_s: float = Field(gt=0)  # scale-out NIC per GPU, one direction
     pcie_bandwidth_bytes_per_s: float = Field(default=25e9, gt=0)  # host <-> device, one direction
-    gpus_per_node: int = Field(default=8, gt=0)
+    gpus_per_node: int = Field(default=8, gt=0)  # GPUs sharing the intra-node (scale-up) fabric
     price_usd_per_hour: float | None = Field(default=None, ge=0)
+    tdp_w: float | None = Field(default=None, gt=0)
+    assumed: dict[str, str] = Field(default_factory=dict)  # field -> why a value without a direct source was chosen
+    notes: tuple[str, ...] = ()
+    sources: tuple[Source, ...] = ()
 
     def peak(self, dtype: str) -> float:
         from rlperf.errors import SpecError
@@ -39,25 +61,47 @@ class Accelerator(Spec):
             raise SpecError("dtype", f"{self.id} has no {dtype} tensor throughput", ", ".join(sorted(self.peak_flops)))
         return v
 
+    def intra_node_group_bandwidth_bytes_per_s(self, ranks_per_node: int) -> float:
+        """Per-GPU one-direction scale-up bandwidth usable by a group of ``ranks_per_node`` GPUs.
+
+        Switched fabrics give every group the full per-GPU figure; a full mesh gives a group
+        only the links to its peers: min(spec, (r-1) x link) (MLE-net: two MI300X share one
+        64 GB/s link, eight reach 7 x 64 = 448 GB/s)."""
+        link = self.p2p_link_bandwidth_bytes_per_s
+        if link is None or ranks_per_node < 2:
+            return self.intra_node_bandwidth_bytes_per_s
+        return min(self.intra_node_bandwidth_bytes_per_s, (ranks_per_node - 1) * link)
+
 
 class HardwareProfile(Spec):
     """Achieved efficiencies and latencies for one accelerator (fractions of peak, seconds).
 
-    Every field documents where its default came from in ``data/profiles.yaml``; the defaults
-    here are the generic fallbacks used when an accelerator has no measurement of its own."""
+    Every shipped value is derived from a published measurement in ``data/profiles.yaml``,
+    which records its provenance. The defaults here are the *generic* fallbacks of that file
+    (its ``generic:`` block; a test keeps the two equal) for an accelerator without data."""
 
     accelerator: str
-    matmul_efficiency: float = Field(default=0.7, gt=0, le=1)  # large GEMM, achieved/peak
-    attention_efficiency: float = Field(default=0.4, gt=0, le=1)  # flash attention fwd, achieved/peak
-    hbm_efficiency: float = Field(default=0.8, gt=0, le=1)  # achieved/peak memory bandwidth
-    decode_hbm_efficiency: float = Field(default=0.6, gt=0, le=1)  # weight+KV streaming in decode
-    intra_node_efficiency: float = Field(default=0.8, gt=0, le=1.2)  # NCCL busbw / link spec
-    inter_node_efficiency: float = Field(default=0.8, gt=0, le=1)  # NCCL busbw / NIC spec
-    intra_node_latency_s: float = Field(default=10e-6, ge=0)  # collective alpha, inside a node
-    inter_node_latency_s: float = Field(default=30e-6, ge=0)  # collective alpha, across nodes
-    kernel_launch_s: float = Field(default=5e-6, ge=0)  # per-kernel fixed cost (decode step floor)
-    train_mfu_cap: float = Field(default=0.6, gt=0, le=1)  # matmul efficiency cap in training
+    matmul_efficiency: float = Field(default=0.781, gt=0, le=1)  # large BF16 GEMM, achieved/peak
+    # dtype -> large-GEMM efficiency where it differs from BF16 (e.g. FP8 ~0.71 on H100)
+    matmul_efficiency_by_dtype: dict[str, Fraction] = Field(default_factory=dict)
+    attention_efficiency: float = Field(default=0.332, gt=0, le=1)  # flash attention fwd, achieved/peak
+    hbm_efficiency: float = Field(default=0.835, gt=0, le=1)  # achieved/peak memory bandwidth (STREAM)
+    decode_hbm_efficiency: float = Field(default=0.725, gt=0, le=1)  # end-to-end decode (weights + KV)
+    intra_node_efficiency: float = Field(default=0.77, gt=0, le=1.2)  # ring busbw / link spec
+    # NVLink SHARP all-reduce: algorithm bandwidth / per-direction spec (None: no NVLS)
+    nvls_allreduce_efficiency: float | None = Field(default=None, gt=0, le=1)
+    inter_node_efficiency: float = Field(default=0.895, gt=0, le=1)  # achieved per NIC / NIC spec
+    intra_node_latency_s: float = Field(default=2.143e-6, ge=0)  # collective alpha per step, in a node
+    inter_node_latency_s: float = Field(default=10.25e-6, ge=0)  # collective alpha per step, across nodes
+    kernel_launch_s: float = Field(default=2.65e-6, ge=0)  # per-kernel fixed cost, eager launches
+    graph_kernel_launch_s: float = Field(default=0.58e-6, ge=0)  # per-kernel cost inside a CUDA graph
+    train_mfu_cap: float = Field(default=0.552, gt=0, le=1)  # best published end-to-end training MFU
     source: str = ""
+    provenance: dict[str, str] = Field(default_factory=dict)  # field -> derivation and source url
+
+    def matmul_eff(self, dtype: str) -> float:
+        """Large-GEMM efficiency for ``dtype`` (the BF16 figure where none is recorded)."""
+        return self.matmul_efficiency_by_dtype.get(dtype, self.matmul_efficiency)
 
 
 class Cluster(Spec):

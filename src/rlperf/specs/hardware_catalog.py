@@ -1,0 +1,202 @@
+"""The shipped accelerator catalog and hardware profiles, looked up by name.
+
+``data/hardware.yaml`` holds peak capabilities (facts with sources), ``data/profiles.yaml`` the
+achieved efficiencies per accelerator (each value with its derivation and source). A profile
+file given by the user overrides the shipped profile field by field.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlperf.errors import SpecError, parse, unknown_name
+from rlperf.specs.hardware import Accelerator, Cluster, HardwareProfile
+
+PROFILE_FIELDS = frozenset(HardwareProfile.model_fields) - {"accelerator", "source", "provenance"}
+
+
+def normalize(name: str) -> str:
+    """Catalog key of a user-typed name: case-insensitive, '-' and ' ' read as '_'."""
+    return name.strip().lower().replace("-", "_").replace(" ", "_")
+
+
+def _read_data(filename: str) -> Any:
+    text = resources.files("rlperf").joinpath("data", filename).read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> dict[str, Accelerator]:
+    records = _read_data("hardware.yaml")["accelerators"]
+    out: dict[str, Accelerator] = {}
+    for rec in records:
+        acc = parse(Accelerator, rec, where=f"hardware.yaml[{rec.get('id', '?')}]")
+        assert acc.id not in out, f"duplicate accelerator id {acc.id}"
+        out[acc.id] = acc
+    return out
+
+
+@lru_cache(maxsize=1)
+def _aliases() -> dict[str, str]:
+    table: dict[str, str] = {}
+    for acc in _catalog().values():
+        for key in (acc.id, *acc.aliases):
+            k = normalize(key)
+            assert table.get(k, acc.id) == acc.id, f"alias {k} names two accelerators"
+            table[k] = acc.id
+    return table
+
+
+def list_accelerators() -> list[str]:
+    """Ids of all shipped accelerators, in catalog order."""
+    return list(_catalog())
+
+
+def load_accelerator(name: str) -> Accelerator:
+    """An accelerator by id or alias ("H100" -> h100_sxm, "A100" -> a100_80gb_sxm)."""
+    aid = _aliases().get(normalize(name))
+    if aid is None:
+        raise unknown_name("gpu", name, _aliases())
+    return _catalog()[aid]
+
+
+def _split_entries(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Profile fields may be plain values or {value, rule, from, url}; split off provenance."""
+    values: dict[str, Any] = {}
+    prov: dict[str, str] = {}
+    for key, entry in raw.items():
+        if isinstance(entry, dict) and "value" in entry:
+            values[key] = entry["value"]
+            prov[key] = "; ".join(str(entry[k]) for k in ("rule", "from", "url") if entry.get(k))
+        elif key == "matmul_efficiency_by_dtype" and isinstance(entry, dict):
+            sub: dict[str, Any] = {}
+            for dt, e in entry.items():
+                if isinstance(e, dict) and "value" in e:
+                    sub[dt] = e["value"]
+                    prov[f"{key}.{dt}"] = "; ".join(str(e[k]) for k in ("rule", "from", "url") if e.get(k))
+                else:
+                    sub[dt] = e
+            values[key] = sub
+        else:
+            values[key] = entry
+    return values, prov
+
+
+@lru_cache(maxsize=1)
+def _shipped_profiles() -> dict[str, HardwareProfile]:
+    data = _read_data("profiles.yaml")
+    out: dict[str, HardwareProfile] = {}
+    for aid, raw in data["profiles"].items():
+        values, prov = _split_entries(raw)
+        out[aid] = parse(
+            HardwareProfile,
+            {"accelerator": aid, **values, "provenance": prov, "source": "rlperf/data/profiles.yaml"},
+            where=f"profiles.yaml[{aid}]",
+        )
+    return out
+
+
+def generic_profile_values() -> dict[str, Any]:
+    """The ``generic:`` fallback block of profiles.yaml (HardwareProfile's defaults mirror it)."""
+    values, _ = _split_entries(_read_data("profiles.yaml")["generic"])
+    return values
+
+
+def _read_user_file(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise SpecError("hardware_profile", f"file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise SpecError("hardware_profile", f"cannot parse {path.name}: {first}") from None
+    if not isinstance(data, dict):
+        raise SpecError("hardware_profile", f"{path.name} must hold a mapping of profile fields")
+    return data
+
+
+def load_profile(accelerator_id: str, path: str | Path | None = None) -> HardwareProfile:
+    """The shipped profile of an accelerator, with fields overridden from a YAML/JSON file.
+
+    The file holds profile fields (plain values or ``{value: ..., url: ...}``), optionally an
+    ``accelerator:`` key that must match, or a ``profiles: {<id>: {...}}`` mapping like the
+    shipped file. Fields it omits keep their shipped values."""
+    aid = load_accelerator(accelerator_id).id
+    shipped = _shipped_profiles().get(aid)
+    assert shipped is not None, f"profiles.yaml has no profile for {aid}"
+    if path is None:
+        return shipped
+    p = Path(path)
+    data = _read_user_file(p)
+    if "profiles" in data:
+        profiles = data["profiles"]
+        if not isinstance(profiles, dict) or aid not in profiles:
+            have = ", ".join(profiles) if isinstance(profiles, dict) else "none"
+            raise SpecError("hardware_profile", f"{p.name} has no profile for {aid}", have)
+        data = profiles[aid]
+    data = dict(data)
+    named = data.pop("accelerator", None)
+    if named is not None and load_accelerator(str(named)).id != aid:
+        raise SpecError("hardware_profile.accelerator", f"{p.name} is for {named!r}, not {aid!r}")
+    values, prov = _split_entries(data)
+    merged = shipped.model_dump()
+    merged.update(values)
+    merged["provenance"] = {**shipped.provenance, **{k: prov.get(k, f"override from {p}") for k in values}}
+    merged["source"] = f"{shipped.source} + overrides from {p}"
+    return parse(HardwareProfile, merged, where="hardware_profile")
+
+
+def _positive(field: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise SpecError(field, f"must be a positive integer, got {value!r}")
+
+
+def make_cluster(
+    gpu: str,
+    num_gpus: int | None = None,
+    num_nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    profile_path: str | Path | None = None,
+) -> Cluster:
+    """A cluster of one accelerator kind.
+
+    ``gpus_per_node`` defaults to the accelerator's node size (its scale-up domain). With only
+    ``num_gpus``: fewer GPUs than a node make one partial node; more must fill whole nodes.
+    Without either count: one full node."""
+    for field, value in (("num_gpus", num_gpus), ("num_nodes", num_nodes), ("gpus_per_node", gpus_per_node)):
+        _positive(field, value)
+    acc = load_accelerator(gpu)
+    gpn = gpus_per_node if gpus_per_node is not None else acc.gpus_per_node
+    if num_gpus is None:
+        nodes = num_nodes if num_nodes is not None else 1
+    elif num_nodes is not None:
+        if num_gpus != num_nodes * gpn:
+            raise SpecError(
+                "num_gpus",
+                f"{num_gpus} != num_nodes {num_nodes} x gpus_per_node {gpn}",
+                f"{num_nodes * gpn} or leave one of them out",
+            )
+        nodes = num_nodes
+    elif num_gpus <= gpn:
+        nodes, gpn = 1, num_gpus
+    elif num_gpus % gpn != 0:
+        raise SpecError(
+            "num_gpus",
+            f"{num_gpus} {acc.id} GPUs do not fill whole nodes of {gpn}",
+            f"at most {gpn} (one node) or a multiple of {gpn}",
+        )
+    else:
+        nodes = num_gpus // gpn
+    return Cluster(
+        accelerator=acc,
+        profile=load_profile(acc.id, profile_path),
+        num_nodes=nodes,
+        gpus_per_node=gpn,
+    )

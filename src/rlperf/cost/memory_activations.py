@@ -1,0 +1,157 @@
+"""Activation memory of one decoder layer, derived from the model's shapes.
+
+Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
+(Table 2, §4) count the tensors a GPT layer keeps for its backward pass: per layer
+``s·b·h·(34 + 5·a·s/h)`` bytes with 2-byte activations and 1-byte dropout masks, ``/t`` with
+tensor + sequence parallelism. Here the same count is made tensor by tensor from the actual
+widths, so GQA, SwiGLU, QK-norm, MLA and MoE come out right. Every saved tensor is the one
+PyTorch autograd keeps in eager mode:
+
+attention (per token; ``a`` query heads, ``g`` KV heads, head width ``c``)
+  - QKV-projection input (the norm output): ``2h``
+  - Q, K, V after RoPE, kept by the attention kernel: ``2ac + 2gc + 2gc``
+  - QK-norm inputs (Qwen3): ``2ac + 2gc``
+  - attention output = o-projection input: ``2ac``
+  - without flash attention: softmax output ``2as`` (+ dropout mask ``as`` and dropout output
+    ``2as``); with flash attention: only the fp32 log-sum-exp, ``4a``
+  - dropout mask after the o-projection: ``h``
+dense SwiGLU MLP (width ``f``)
+  - input ``2h``; gate output (SiLU input) ``2f``; SiLU output and up output (both kept by the
+    product) ``4f``; product (down-projection input) ``2f``; dropout mask ``h``
+  - a GeLU MLP instead keeps GeLU input and output, ``4f`` (Korthikanti's ``8sbh + 8sbh`` at
+    ``f = 4h``)
+MoE layer (``E`` experts, ``k`` per token, expert width ``f_e``, shared width ``f_s``)
+  - input ``2h`` (router, shared expert and dispatch share it); router probabilities in fp32 ``4E``
+  - per routed copy: dispatched input ``2h``, the expert's SwiGLU ``8f_e``, its output ``2h`` (kept
+    by the multiply with the routing weight); shared expert ``8f_s``
+norms: each keeps its input, ``2h``, twice per layer.
+
+Sharding: ``h``-wide tensors (norms, projection inputs, masks) are split by ``t`` only under
+sequence parallelism; head- and width-split tensors are split by ``t`` always. Routed tokens
+are gathered over the tp group before the experts (Megatron's alltoall dispatcher with
+expert-tensor parallelism), so their ``h``-wide copies are not split. With Korthikanti's GPT
+(``a·c = h``, GeLU, ``f = 4h``, dropout) this gives exactly ``34h + 5as`` per token, which
+``tests/test_memory.py`` checks. Routing is assumed balanced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlperf.cost.memory_params import kv_heads_per_device
+from rlperf.specs.dtypes import bytes_per
+from rlperf.specs.model import ModelSpec
+
+ACTIVATION_DTYPE = "bf16"  # compute dtype under mixed precision (activations, gathered weights)
+_A = bytes_per(ACTIVATION_DTYPE)
+_MASK = 1.0  # a dropout mask element (torch.bool)
+_FP32 = bytes_per("fp32")
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """Bytes one decoder layer keeps for its backward pass, per token, on one device."""
+
+    linear_bytes: float  # tensors that grow with the tokens only (Korthikanti's 34h part)
+    score_bytes: float  # attention score tensors (the 5as part; 0 with flash attention)
+    input_bytes: float  # the layer's input, all that full recompute keeps
+
+    @property
+    def total_bytes(self) -> float:
+        return self.linear_bytes + self.score_bytes
+
+
+def layer_activations(
+    model: ModelSpec,
+    layer: int,
+    *,
+    tp: int = 1,
+    sequence_parallel: bool = True,
+    seq_len: float = 1.0,
+    flash_attention: bool = True,
+    dropout: bool = False,
+    gated_mlp: bool = True,
+) -> LayerActivations:
+    """Per-token activation bytes of decoder layer ``layer`` on one tp rank (derivation in the
+    module docstring). ``seq_len`` is the attention span behind the score term; ``gated_mlp``
+    and ``dropout`` exist so the GPT form of Korthikanti et al. can be reproduced."""
+    h = float(model.hidden_size)
+    seq_split = tp if sequence_parallel else 1
+    heads = model.num_heads / tp
+    attn, scores = _attention(model, tp, heads, flash_attention, dropout, seq_len)
+    attn_h = h * _A + (h * _MASK if dropout else 0.0)  # norm output + o-proj dropout mask
+    mlp_h, mlp_split, mlp_rep = _mlp(model, layer, tp, gated_mlp, dropout)
+    norms = 2 * h * _A  # the inputs of the two norms
+    linear = (attn_h + mlp_h + norms) / seq_split + attn + mlp_split + mlp_rep
+    return LayerActivations(linear, scores, h * _A / seq_split)
+
+
+def _attention(
+    model: ModelSpec, tp: int, heads: float, flash: bool, dropout: bool, seq_len: float
+) -> tuple[float, float]:
+    """(head-split tensors, score tensors) of the attention block, per token."""
+    m = model.mla
+    if m is None:
+        c = model.head_dim
+        kv = kv_heads_per_device(model, tp) * c
+        split = (heads * c + 2 * kv) * _A  # Q, K, V
+        split += (heads * c + kv) * _A if model.qk_norm else 0.0
+        split += heads * c * _A  # attention output
+    else:
+        qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+        split = heads * (2 * qk + 2 * v) * _A  # Q, K (shared RoPE key broadcast), V, output
+        # Replicated low-rank latents: each is a norm input and (normed) an up-projection input.
+        split += 2 * (m.kv_lora_rank + (m.q_lora_rank or 0)) * _A + m.qk_rope_head_dim * _A
+    if flash:
+        return split + heads * _FP32, 0.0  # flash keeps only the log-sum-exp per head
+    per_key = _A + ((_MASK + _A) if dropout else 0.0)  # softmax out (+ mask, dropout out)
+    return split, heads * seq_len * per_key
+
+
+def _mlp(
+    model: ModelSpec, layer: int, tp: int, gated: bool, dropout: bool
+) -> tuple[float, float, float]:
+    """(h-wide, width-split, tp-replicated) MLP tensors of a layer, per token."""
+    h = model.hidden_size
+    h_wide = h * _A + (h * _MASK if dropout else 0.0)
+    per_width = (4 if gated else 2) * _A  # SwiGLU: gate, SiLU, up, product; GeLU: in, out
+    moe = model.moe
+    if moe is None or not model.is_moe_layer(layer):
+        return h_wide, per_width * model.intermediate_size / tp, 0.0
+    h_wide += moe.num_experts * _FP32  # router probabilities
+    split = (
+        per_width
+        * (moe.experts_per_token * moe.expert_intermediate_size + moe.shared_intermediate_size)
+        / tp
+    )
+    replicated = moe.experts_per_token * 2 * h * _A  # dispatched inputs and expert outputs
+    return h_wide, split, replicated
+
+
+def forward_workspace_bytes_per_token(model: ModelSpec, tp: int, experts_split: bool) -> float:
+    """Peak transient bytes per token of an inference forward pass (nothing kept for backward).
+
+    Live at the widest point of a layer: the residual stream and the normed input (``2h`` each)
+    plus that layer's widest intermediates -- attention: fused QKV output and attention output;
+    dense MLP: fused gate-up output ``2f`` and SiLU-and-mul output ``f``; MoE: router logits
+    (fp32) and, per routed copy, the fused-MoE caches (gate-up ``2f_e``, activation ``f_e``,
+    down output ``h``; vLLM ``fused_moe``), with ``f_e`` split by tp unless experts are whole
+    (``experts_split=False``, expert parallelism), plus the shared expert."""
+    h = model.hidden_size
+    heads = model.num_heads / tp
+    m = model.mla
+    if m is None:
+        kv = kv_heads_per_device(model, tp) * model.head_dim
+        attn = (heads * model.head_dim * 2 + 2 * kv) * _A
+    else:
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        attn = (heads * (2 * qk + 2 * m.v_head_dim) + m.kv_lora_rank + m.qk_rope_head_dim) * _A
+    widest = max(attn, 3 * model.intermediate_size / tp * _A)
+    moe = model.moe
+    if moe is not None and model.num_moe_layers:
+        f_e = moe.expert_intermediate_size / (tp if experts_split else 1)
+        routed = moe.experts_per_token * (3 * f_e + h) * _A
+        widest = max(
+            widest, moe.num_experts * _FP32 + routed + 3 * moe.shared_intermediate_size / tp * _A
+        )
+    return 2 * h * _A + widest

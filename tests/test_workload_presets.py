@@ -1,4 +1,4 @@
-"""Workload presets: published numbers as written in algorithms.md, and summaries."""
+"""Workload presets: published numbers as written in algorithms.md, summaries, and the CLI."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from rlperf.errors import SpecError
 from rlperf.specs.workload import Workload
@@ -123,3 +124,34 @@ def test_describe_agrees_with_the_sample_and_the_distribution() -> None:
     assert one.sample_mean_tokens == pytest.approx(r.mean_tokens(), rel=0.02)
     assert one.sample_fraction_at_cap == pytest.approx(r.fraction_at_cap(), abs=0.01)
     assert np.isfinite(d.expected_tokens_per_step)
+
+
+def test_cli_workloads_table_and_show() -> None:
+    from rlperf.cli.app import _register, app
+
+    _register()
+    runner = CliRunner()
+    table = runner.invoke(app, ["workloads"], env={"COLUMNS": "220"})
+    assert table.exit_code == 0, table.output
+    for name in list_workload_presets():
+        assert name in table.output
+    assert "20,480" in table.output and "22,386" in table.output
+    show = runner.invoke(
+        app, ["workload", "show", "seer-moonlight", "--step", "1"], env={"COLUMNS": "220"}
+    )
+    assert show.exit_code == 0, show.output
+    assert (
+        "p99" in show.output
+        and "assumptions:" in show.output
+        and "Seer production workloads" in show.output
+    )
+
+
+def test_cli_unknown_preset_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from rlperf.cli.app import main
+
+    with pytest.raises(SystemExit) as ei:
+        main(["workload", "show", "dapo"])
+    assert ei.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: workload.preset: unknown name 'dapo'") and "\n" not in err

@@ -1,0 +1,43 @@
+"""Rendering helpers shared by CLI commands (rich tables, human units)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def fmt_s(t: float) -> str:
+    if t != t:  # NaN
+        return "-"
+    if t >= 3600:
+        return f"{t / 3600:.2f} h"
+    if t >= 60:
+        return f"{t / 60:.1f} min"
+    if t >= 1:
+        return f"{t:.1f} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.1f} ms"
+    return f"{t * 1e6:.0f} µs"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_count(n: float) -> str:
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def table(title: str, *columns: str) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i == 0 else "right")
+    return t

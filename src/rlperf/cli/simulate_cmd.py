@@ -1,0 +1,85 @@
+"""`rlperf simulate SCENARIO`: simulate RL iterations, print a summary, write JSON and a trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from rlperf.cli.app import app
+from rlperf.cli.render import console, fmt_bytes, fmt_s, table
+from rlperf.sim.result import SimResult
+
+
+def render_result(r: SimResult) -> None:
+    head = table(f"{r.scenario}: {r.algorithm}, {r.placement}, {r.mode}, {r.num_gpus} GPUs", "metric", "value")
+    head.add_row("step time (steady state)", fmt_s(r.step_time_s))
+    head.add_row("work-depth lower bound", f"{fmt_s(r.bounds.lower_bound_s)}  (step / bound = {r.bounds.ratio:.2f}x)")
+    head.add_row("tokens per step (trained)", f"{r.tokens_per_step:,.0f}")
+    head.add_row("tokens/s  |  per GPU", f"{r.tokens_per_s:,.0f}  |  {r.tokens_per_s_per_gpu:,.1f}")
+    head.add_row("rollout tail (last 10% of requests)", fmt_s(r.rollout_tail_s))
+    if r.cost_usd_per_step is not None:
+        head.add_row("cost per step", f"${r.cost_usd_per_step:,.2f}")
+    if r.staleness:
+        hist = {s: r.staleness.count(s) for s in sorted(set(r.staleness))}
+        head.add_row("staleness (versions: responses)", ", ".join(f"{k}: {v}" for k, v in hist.items()))
+    console.print(head)
+    stages = table("stages (mean per step)", "stage", "pool", "time", "share", "work (GPU·s)", "depth", "W/D")
+    total = sum(s.time_s for s in r.stages) or 1.0
+    for s in r.stages:
+        par = f"{s.work_s / s.depth_s:,.0f}" if s.depth_s > 0 else "-"
+        stages.add_row(s.name, s.pool, fmt_s(s.time_s), f"{100 * s.time_s / total:.0f}%", f"{s.work_s:,.1f}", fmt_s(s.depth_s), par)
+    console.print(stages)
+    pools = table("pools", "pool", "GPUs", "utilization", "idle / step", "peak memory", "capacity")
+    for p in r.pools:
+        pools.add_row(p.name, str(p.num_gpus), f"{100 * p.utilization:.0f}%", fmt_s(p.idle_s_per_step),
+                      fmt_bytes(p.peak_memory_bytes), fmt_bytes(p.capacity_bytes))
+    console.print(pools)
+    for n in r.notes:
+        console.print(f"note: {n}")
+
+
+@app.command("simulate")
+def simulate_cmd(
+    scenario: str = typer.Argument(..., help="scenario YAML file or shipped example name (see `rlperf scenarios`)"),
+    out: Path = typer.Option(Path("out"), "--out", help="folder for result.json and trace.json"),
+    iterations: int = typer.Option(0, help="override simulation.iterations (0: keep)"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of tables"),
+) -> None:
+    """Simulate several RL iterations of SCENARIO; write OUT/<name>.result.json and OUT/<name>.trace.json."""
+    from rlperf.scenario import load_scenario
+    from rlperf.sim.run import run_scenario
+    from rlperf.sim.trace import write_chrome_trace
+
+    sc = load_scenario(scenario)
+    if iterations:
+        sim = sc.spec.simulation.model_copy(update={"iterations": iterations, "warmup": min(sc.spec.simulation.warmup, iterations - 1)})
+        sc = type(sc)(sc.spec.model_copy(update={"simulation": sim}), sc.models, sc.cluster, sc.workload, sc.algorithm)
+    r = run_scenario(sc)
+    out.mkdir(parents=True, exist_ok=True)
+    res_path = out / f"{sc.name}.result.json"
+    res_path.write_text(json.dumps(r.to_dict(), indent=1, sort_keys=True, default=float))
+    trace_path = write_chrome_trace(out / f"{sc.name}.trace.json", r.segments, title=sc.name)
+    if as_json:
+        typer.echo(json.dumps(r.to_dict(), indent=1, sort_keys=True, default=float))
+        return
+    render_result(r)
+    console.print(f"wrote {res_path} and {trace_path} (open the trace in https://ui.perfetto.dev)")
+
+
+@app.command("scenarios")
+def scenarios_cmd() -> None:
+    """List the shipped example scenarios."""
+    import yaml
+
+    from rlperf.scenario import list_scenarios
+
+    t = table("example scenarios", "name", "description")
+    base = Path(__file__).resolve().parent.parent / "scenarios"
+    for name in list_scenarios():
+        text = (base / f"{name}.yaml").read_text()
+        first = text.splitlines()[0].lstrip("# ") if text.startswith("#") else ""
+        yaml.safe_load(text)
+        t.add_row(name, first)
+    console.print(t)

@@ -1,0 +1,171 @@
+"""Scenario files: model, cluster, workload, algorithm and plan in one YAML document.
+
+A scenario is validated once here (one-line errors naming the field) and then resolved into
+concrete specs (ModelSpec, Cluster, Workload, AlgorithmSpec, Plan) for the simulator.
+
+```yaml
+name: grpo-qwen2.5-7b
+model: Qwen2.5-7B            # catalog name or path to a config.json
+cluster: {gpu: H100, num_nodes: 8, gpus_per_node: 8}
+workload: {preset: deepscaler-8k}          # or a full workload mapping
+algorithm: {name: GRPO, minibatches: 4, reward: {kind: rule}}
+plan:
+  placement: {kind: colocated}
+  rollout: {tp: 2}
+  layouts: {actor: {tp: 1, zero_stage: 3}}
+  mode: {kind: sync}
+simulation: {iterations: 4, warmup: 1}
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field
+
+from rlperf.algorithms import AlgorithmSpec, get_algorithm
+from rlperf.errors import SpecError, parse
+from rlperf.specs.base import Spec
+from rlperf.specs.hardware import Cluster
+from rlperf.specs.model import ModelSpec
+from rlperf.specs.plan import Plan
+from rlperf.specs.workload import Workload, workload_from_dict
+
+
+class ClusterSpec(Spec):
+    gpu: str = "H100"
+    num_nodes: int = Field(default=1, gt=0)
+    gpus_per_node: int | None = Field(default=None, gt=0)
+    profile: str | None = None  # path to a hardware profile file (e.g. from `rlperf calibrate`)
+
+
+class RewardSpec(Spec):
+    """How rewards are computed.
+
+    - rule: a CPU verifier (answer extraction + equivalence); ``cpu_s_per_sample`` on
+      ``cpu_workers`` parallel workers (algorithms.md §5.3: small per response, parallel).
+    - sandbox: code execution; per-sample latency log-normal with median ``sandbox_median_s``
+      and log-sigma ``sandbox_sigma`` on ``cpu_workers`` containers.
+    - model: a reward model forward pass over prompt+response on GPUs (``reward_model`` role).
+    """
+
+    kind: Literal["rule", "sandbox", "model"] = "rule"
+    cpu_s_per_sample: float = Field(default=0.005, ge=0)
+    cpu_workers: int = Field(default=32, gt=0)
+    sandbox_median_s: float = Field(default=1.0, gt=0)
+    sandbox_sigma: float = Field(default=0.8, ge=0)
+    model: str | None = None  # reward model (catalog name/path); default: the actor's model
+
+
+class AlgorithmConfig(Spec):
+    name: str = "GRPO"
+    epochs: int | None = Field(default=None, gt=0)
+    minibatches: int | None = Field(default=None, gt=0)  # optimizer updates per epoch
+    keep_rate: float = Field(default=0.5, gt=0, le=1)  # dynamic sampling: expected share of groups kept
+    reward: RewardSpec = RewardSpec()
+    critic_model: str | None = None  # default: the actor's model
+
+
+class SimulationSpec(Spec):
+    iterations: int = Field(default=4, gt=0)
+    warmup: int = Field(default=1, ge=0)
+
+
+class ScenarioSpec(Spec):
+    name: str = "scenario"
+    model: str = "Qwen2.5-7B"
+    cluster: ClusterSpec = ClusterSpec()
+    workload: dict[str, Any] = Field(default_factory=lambda: {"preset": "deepscaler-8k"})
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    plan: Plan = Plan()
+    simulation: SimulationSpec = SimulationSpec()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A resolved scenario: concrete specs, ready to cost and simulate."""
+
+    spec: ScenarioSpec
+    models: dict[str, ModelSpec]  # role -> model (actor, critic, ref, reward_model, prm)
+    cluster: Cluster
+    workload: Workload
+    algorithm: AlgorithmSpec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def plan(self) -> Plan:
+        return self.spec.plan
+
+    @property
+    def epochs(self) -> int:
+        return self.spec.algorithm.epochs or self.algorithm.default_epochs
+
+    @property
+    def minibatches(self) -> int:
+        return self.spec.algorithm.minibatches or self.algorithm.default_minibatches
+
+    def with_plan(self, plan: Plan) -> Scenario:
+        return Scenario(self.spec.model_copy(update={"plan": plan}), self.models, self.cluster, self.workload, self.algorithm)
+
+
+def resolve_workload(data: Mapping[str, Any]) -> Workload:
+    data = dict(data)
+    preset = data.pop("preset", None)
+    if preset is None:
+        return workload_from_dict(data)
+    from rlperf.specs.workload_presets import load_workload_preset
+
+    return load_workload_preset(str(preset), **data)
+
+
+def resolve(spec: ScenarioSpec) -> Scenario:
+    from rlperf.catalog import load_model
+    from rlperf.specs.hardware_catalog import make_cluster
+
+    actor = load_model(spec.model)
+    models = {"actor": actor, "ref": actor, "prm": actor}
+    models["critic"] = load_model(spec.algorithm.critic_model) if spec.algorithm.critic_model else actor
+    rm = spec.algorithm.reward.model
+    models["reward_model"] = load_model(rm) if rm else actor
+    c = spec.cluster
+    cluster = make_cluster(c.gpu, num_nodes=c.num_nodes, gpus_per_node=c.gpus_per_node, profile_path=c.profile)
+    workload = resolve_workload(spec.workload)
+    algorithm = get_algorithm(spec.algorithm.name)
+    if spec.simulation.warmup >= spec.simulation.iterations:
+        raise SpecError("simulation.warmup", f"must be < iterations ({spec.simulation.iterations})")
+    return Scenario(spec, models, cluster, workload, algorithm)
+
+
+def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:
+    """Read a scenario from a YAML file, a shipped example name, or a mapping."""
+    if isinstance(source, Mapping):
+        data: Any = dict(source)
+    else:
+        path = Path(source)
+        if not path.exists():
+            shipped = Path(__file__).parent / "scenarios" / f"{source}.yaml"
+            if not shipped.exists():
+                from rlperf.errors import unknown_name
+
+                raise unknown_name("scenario", str(source), list_scenarios())
+            path = shipped
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as err:
+            raise SpecError("scenario", f"{path} is not valid YAML ({str(err).splitlines()[0]})") from None
+        if not isinstance(data, dict):
+            raise SpecError("scenario", f"{path} must hold a mapping")
+    return resolve(parse(ScenarioSpec, data))
+
+
+def list_scenarios() -> list[str]:
+    d = Path(__file__).parent / "scenarios"
+    return sorted(p.stem for p in d.glob("*.yaml"))

@@ -209,13 +209,12 @@ class LogNormalLength(_LengthBase):
         """Mean of ``ln(length)`` before truncation."""
         return math.log(self.median_tokens)
 
-    def untruncated_cdf(self, tokens: float) -> float:
-        """``P(X <= tokens)`` for the log-normal before truncation."""
-        if tokens <= 0:
-            return 0.0
-        return _phi((math.log(tokens) - self.mu) / self.sigma)
-
     def mean_tokens(self) -> float:
+        """``E[min(max(X, 1), cap)]`` in closed form, the spike at the cap included.
+
+        This is the mean of the continuous capped length; rounding draws to whole tokens moves
+        the sample mean by well under one token.
+        """
         return _capped_mean(self.mu, self.sigma, self.cap_tokens)
 
     def fraction_at_cap(self) -> float:

@@ -1,0 +1,178 @@
+"""Roofline time of one operation on one GPU, with achieved (not peak) ceilings.
+
+  t = max(flops / (peak[dtype] x compute_eff), bytes / (hbm_bw x hbm_eff)) + kernel_launch_s
+
+(Williams, Waterman & Patterson, "Roofline: an insightful visual performance model", CACM 52(4),
+2009). The efficiencies come from the cluster's hardware profile: ``matmul_eff(dtype)`` for
+GEMMs, ``attention_efficiency`` for fused attention, ``hbm_efficiency`` for memory traffic.
+The fixed per-kernel cost is the profile's ``kernel_launch_s``; callers modelling CUDA-graph
+replay can pass ``launch_s=profile.graph_kernel_launch_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from rlperf.errors import SpecError
+from rlperf.specs.dtypes import bytes_per
+from rlperf.specs.hardware import Cluster
+
+OpKind = Literal["matmul", "attention", "elementwise"]
+
+
+@dataclass(frozen=True)
+class OpCost:
+    flops: float
+    bytes: float  # HBM bytes read + written
+    time_s: float
+    bound: str  # "compute" | "memory" | "latency" (the launch cost exceeds both)
+
+
+def _nonneg(field: str, value: float) -> None:
+    if not (math.isfinite(value) and value >= 0):
+        raise SpecError(field, f"must be a finite number >= 0, got {value!r}")
+
+
+def _positive_int(field: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(field, f"must be a positive integer, got {value!r}")
+
+
+def op_time(
+    cluster: Cluster,
+    flops: float,
+    num_bytes: float,
+    dtype: str = "bf16",
+    kind: OpKind = "matmul",
+    memory_efficiency: float | None = None,
+    launch_s: float | None = None,
+) -> OpCost:
+    """Roofline time of one kernel doing ``flops`` and moving ``num_bytes`` through HBM.
+
+    ``elementwise`` runs on the vector units (non-tensor FP32 peak; no measured efficiency, so the
+    peak is the ceiling - such kernels are memory-bound long before it matters).
+    ``memory_efficiency`` overrides the profile's hbm_efficiency (e.g. decode_hbm_efficiency)."""
+    _nonneg("flops", flops)
+    _nonneg("num_bytes", num_bytes)
+    acc, prof = cluster.accelerator, cluster.profile
+    if kind == "matmul":
+        ceiling = acc.peak(dtype) * prof.matmul_eff(dtype)
+    elif kind == "attention":
+        ceiling = acc.peak(dtype) * prof.attention_efficiency
+    elif kind == "elementwise":
+        ceiling = acc.fp32_vector_flops or acc.peak("bf16")
+    else:
+        raise SpecError("kind", f"unknown op kind {kind!r}", "matmul, attention, elementwise")
+    mem_eff = prof.hbm_efficiency if memory_efficiency is None else memory_efficiency
+    if not 0 < mem_eff <= 1:
+        raise SpecError("memory_efficiency", f"must be in (0, 1], got {mem_eff!r}")
+    t_compute = flops / ceiling
+    t_memory = num_bytes / (acc.hbm_bandwidth_bytes_per_s * mem_eff)
+    launch = prof.kernel_launch_s if launch_s is None else launch_s
+    body = max(t_compute, t_memory)
+    if launch > body:
+        bound = "latency"
+    else:
+        bound = "compute" if t_compute >= t_memory else "memory"
+    return OpCost(flops=flops, bytes=num_bytes, time_s=body + launch, bound=bound)
+
+
+def gemm(cluster: Cluster, m: int, n: int, k: int, dtype: str = "bf16") -> OpCost:
+    """C[m,n] = A[m,k] @ B[k,n]: 2mnk FLOPs; reads A and B, writes C once, all in ``dtype``."""
+    for field, v in (("m", m), ("n", n), ("k", k)):
+        _positive_int(field, v)
+    b = bytes_per(dtype)
+    return op_time(cluster, 2.0 * m * n * k, (m * k + k * n + m * n) * b, dtype, "matmul")
+
+
+def causal_pairs(q_tokens: int, kv_tokens: int) -> float:
+    """(query, key) pairs a causal mask keeps when the q_tokens queries are the last of kv_tokens:
+    query i (1-based) sees the kv_tokens - q_tokens cached keys plus i new ones."""
+    return q_tokens * (kv_tokens - q_tokens) + q_tokens * (q_tokens + 1) / 2
+
+
+def attention_prefill(
+    cluster: Cluster,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    q_tokens: int,
+    kv_tokens: int,
+    causal: bool = True,
+    dtype: str = "bf16",
+) -> OpCost:
+    """Fused (FlashAttention) forward over q_tokens queries and kv_tokens keys, one sequence.
+
+    FLOPs: QK^T and PV are 2 x head_dim each per kept (query, key) pair and head: 4 h d pairs
+    (Dao et al., FlashAttention, 2022). IO: FlashAttention reads Q, K, V once and writes O once;
+    the score matrix never reaches HBM. K and V have num_kv_heads heads (GQA/MQA)."""
+    for field, v in (("num_heads", num_heads), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
+                     ("q_tokens", q_tokens), ("kv_tokens", kv_tokens)):
+        _positive_int(field, v)
+    if causal and kv_tokens < q_tokens:
+        raise SpecError("kv_tokens", f"{kv_tokens} < q_tokens {q_tokens} under a causal mask")
+    pairs = causal_pairs(q_tokens, kv_tokens) if causal else float(q_tokens * kv_tokens)
+    flops = 4.0 * num_heads * head_dim * pairs
+    b = bytes_per(dtype)
+    io = (2 * q_tokens * num_heads + 2 * kv_tokens * num_kv_heads) * head_dim * b  # Q, O; K, V
+    return op_time(cluster, flops, io, dtype, "attention")
+
+
+def attention_decode(
+    cluster: Cluster,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    batch: int,
+    context_tokens_total: int,
+    dtype: str = "bf16",
+) -> OpCost:
+    """One decode step of attention for ``batch`` sequences whose contexts sum to
+    ``context_tokens_total`` tokens: each new query attends to its whole context.
+
+    Reads the KV cache once (2 x context x kv_heads x head_dim elements) plus the queries, writes
+    the outputs. Arithmetic intensity is ~ num_heads / num_kv_heads FLOP/byte (bf16), far below
+    any GPU's ridge point, so the time follows the KV bytes (memory-bound)."""
+    for field, v in (("num_heads", num_heads), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
+                     ("batch", batch)):
+        _positive_int(field, v)
+    if isinstance(context_tokens_total, bool) or context_tokens_total < batch:
+        raise SpecError("context_tokens_total", f"{context_tokens_total} < batch {batch} (each sequence sees itself)")
+    b = bytes_per(dtype)
+    kv = 2.0 * context_tokens_total * num_kv_heads * head_dim * b
+    qo = 2.0 * batch * num_heads * head_dim * b
+    flops = 4.0 * num_heads * head_dim * context_tokens_total
+    return op_time(cluster, flops, kv + qo, dtype, "attention")
+
+
+def elementwise(cluster: Cluster, num_bytes: float, flops: float = 0.0) -> OpCost:
+    """A streaming kernel (norm, activation, residual add, rotary, ...) moving ``num_bytes``."""
+    return op_time(cluster, flops, num_bytes, "bf16", "elementwise")
+
+
+# AdamW per parameter (PyTorch torch.optim.AdamW algorithm): weight decay w -= lr*wd*w (2),
+# m = b1*m + (1-b1)*g (3), v = b2*v + (1-b2)*g*g (4), bias corrections m/(1-b1^t), v/(1-b2^t) (2),
+# sqrt(v_hat) + eps (2), m_hat / that (1), x lr (1), w -= update (1).
+ADAMW_FLOPS_PER_PARAM = 16.0
+
+
+def adam_step(
+    cluster: Cluster,
+    num_params: float,
+    master_dtype: str = "fp32",
+    grad_dtype: str = "fp32",
+    param_dtype: str = "bf16",
+) -> OpCost:
+    """One fused AdamW update of ``num_params`` parameters held on this GPU (mixed precision).
+
+    Bytes per parameter: read master weight, m and v (3 x master) and the gradient (grad_dtype);
+    write master weight, m and v (3 x master) and, when the model runs in a different dtype than
+    the master copy, the model weight (param_dtype). fp32 master/states, fp32 grads, bf16 model:
+    16 read + 14 written = 30 bytes/param (cf. the 16 bytes/param of state in Rajbhandari et al.,
+    ZeRO, 2020: 2 + 2 + 12, plus fp32 gradients here as verl/FSDP reduce in fp32)."""
+    _nonneg("num_params", num_params)
+    mb, gb, pb = bytes_per(master_dtype), bytes_per(grad_dtype), bytes_per(param_dtype)
+    per_param = 3 * mb + gb + 3 * mb + (pb if param_dtype != master_dtype else 0.0)
+    return op_time(cluster, ADAMW_FLOPS_PER_PARAM * num_params, per_param * num_params, "fp32", "elementwise")

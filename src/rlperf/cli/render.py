@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Console
 from rich.table import Table
 
@@ -9,7 +11,7 @@ console = Console()
 
 
 def fmt_s(t: float) -> str:
-    if t != t:  # NaN
+    if math.isnan(t):
         return "-"
     if t >= 3600:
         return f"{t / 3600:.2f} h"

@@ -27,7 +27,7 @@ def normalize(name: str) -> str:
 
 
 def _read_data(filename: str) -> Any:
-    text = resources.files("rlperf").joinpath("data", filename).read_text(encoding="utf-8")
+    text = resources.files("rlperf").joinpath("data").joinpath(filename).read_text(encoding="utf-8")
     return yaml.safe_load(text)
 
 

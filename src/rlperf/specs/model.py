@@ -7,11 +7,14 @@ checked against ``AutoModelForCausalLM.from_config`` on the meta device (tests/t
 
 FLOP conventions (one multiply-add = 2 FLOPs):
 - every matmul with a weight of ``n`` parameters costs ``2·n`` FLOPs per token (Kaplan et al.
-  2020, "Scaling Laws", Table 1); embedding lookups cost nothing, norms are not counted;
+  2020, "Scaling Laws", Table 1); embedding lookups cost nothing, norms, bias adds and
+  activations are not counted (``torch.utils.flop_counter`` counts none of them either);
 - attention scores ``Q·Kᵀ`` and ``A·V`` cost ``2·h·d_qk`` and ``2·h·d_v`` FLOPs per
   (query, key) pair. A causal pass over ``T`` new tokens after ``c`` cached ones touches
-  ``T·c + T(T+1)/2`` pairs; ``attention="full"`` counts ``T·(c+T)`` pairs, which is what a
-  dense (masked) kernel computes and what ``torch.utils.flop_counter`` reports.
+  ``T·c + T(T+1)/2`` pairs (the work a causal kernel must do; FlashAttention skips masked
+  tiles and gets close to it). ``attention="full"`` counts ``T·(c+T)`` pairs: what a dense,
+  masked kernel (eager attention) computes and what ``torch.utils.flop_counter`` reports, also
+  for SDPA, whose formula ignores ``is_causal``.
 """
 
 from __future__ import annotations
@@ -42,8 +45,6 @@ class MoESpec(Spec):
     # MLP; Qwen2-MoE has one shared MLP of its own width plus a sigmoid gate (d -> 1).
     shared_intermediate_size: int = Field(default=0, ge=0)
     shared_expert_gate: bool = False
-    # Router correction bias per expert (DeepSeek-V3 ``e_score_correction_bias``).
-    router_bias: bool = False
     # Layers that stay dense: the first ``first_dense_layers`` layers and any in ``dense_layers``.
     first_dense_layers: int = Field(default=0, ge=0)
     dense_layers: tuple[int, ...] = ()
@@ -109,7 +110,9 @@ class ModelSpec(Spec):
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
     o_bias: bool = False
-    mlp_bias: bool = False
+    mlp_bias: bool = (
+        False  # biases on dense and shared-expert MLPs (routed experts never have them)
+    )
     qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on q and k
     max_position_embeddings: int = Field(default=32768, gt=0)
     moe: MoESpec | None = None
@@ -140,7 +143,9 @@ class ModelSpec(Spec):
         try:
             data = json.loads(p.read_text())
         except json.JSONDecodeError as err:
-            raise SpecError("model", f"{p} is not valid JSON ({err.msg} at line {err.lineno})") from None
+            raise SpecError(
+                "model", f"{p} is not valid JSON ({err.msg} at line {err.lineno})"
+            ) from None
         stem = p.parent.name if p.name == "config.json" else p.stem
         return cls.from_hf_config(data, name=stem)
 
@@ -169,35 +174,49 @@ class ModelSpec(Spec):
         return self.mla.v_head_dim if self.mla is not None else self.head_dim
 
     @cached_property
-    def attention_params_per_layer(self) -> int:
+    def attention_matmul_weights_per_layer(self) -> int:
+        """Weights of the attention projections of one layer (no biases, no norms). MLA is counted
+        as ``transformers`` runs it: the latent is up-projected to per-head keys and values for
+        every token (no weight absorption)."""
         d, h = self.hidden_size, self.num_heads
         if self.mla is not None:
             m = self.mla
             qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-            if m.q_lora_rank is None:
-                q = d * h * qk
-            else:
-                q = d * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * h * qk
-            kv = d * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+            q = d * h * qk if m.q_lora_rank is None else d * m.q_lora_rank + m.q_lora_rank * h * qk
+            kv = d * (m.kv_lora_rank + m.qk_rope_head_dim)
             kv += m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim)
-            o = h * m.v_head_dim * d
-            return q + kv + o
+            return q + kv + h * m.v_head_dim * d
         hd, kv_h = self.head_dim, self.num_kv_heads
-        q = d * h * hd + (h * hd if self.qkv_bias else 0)
-        k = d * kv_h * hd + (kv_h * hd if self.qkv_bias else 0)
-        v = k
-        o = h * hd * d + (d if self.o_bias else 0)
-        norm = 2 * hd if self.qk_norm else 0
-        return q + k + v + o + norm
+        return 2 * d * h * hd + 2 * d * kv_h * hd
 
-    def _mlp_params(self, width: int) -> int:
+    @cached_property
+    def attention_params_per_layer(self) -> int:
+        """Attention parameters of one layer: projections, their biases and inner norms."""
+        d, h = self.hidden_size, self.num_heads
+        extra = d if self.o_bias else 0
+        if self.mla is not None:
+            m = self.mla
+            # q_a_layernorm / kv_a_layernorm over the latents; biases sit on the down-projections.
+            extra += m.kv_lora_rank + (m.q_lora_rank or 0)
+            if self.qkv_bias:
+                extra += (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim
+        else:
+            if self.qkv_bias:
+                extra += (h + 2 * self.num_kv_heads) * self.head_dim
+            if self.qk_norm:
+                extra += 2 * self.head_dim
+        return self.attention_matmul_weights_per_layer + extra
+
+    def _mlp_params(self, width: int, bias: bool) -> int:
         # SwiGLU: gate and up (d -> width), down (width -> d).
         d = self.hidden_size
-        bias = (2 * width + d) if self.mlp_bias else 0
-        return 3 * d * width + bias
+        return 3 * d * width + ((2 * width + d) if bias else 0)
 
     @cached_property
     def breakdown(self) -> ParamBreakdown:
+        """Parameter counts by kind. DeepSeek-V3's router correction bias
+        (``e_score_correction_bias``) is a buffer in transformers 5, not a parameter, so it is not
+        counted; neither are multi-token-prediction layers, which transformers does not build."""
         d = self.hidden_size
         emb = self.vocab_size * d
         head = 0 if self.tie_word_embeddings else self.vocab_size * d
@@ -206,13 +225,15 @@ class ModelSpec(Spec):
         m = self.moe
         for i in range(self.num_layers):
             if m is not None and self.is_moe_layer(i):
-                experts += m.num_experts * self._mlp_params(m.expert_intermediate_size)
-                router += d * m.num_experts + (m.num_experts if m.router_bias else 0)
-                if m.shared_intermediate_size:
-                    shared += self._mlp_params(m.shared_intermediate_size)
-                    shared += d if m.shared_expert_gate else 0
+                experts += m.num_experts * self._mlp_params(m.expert_intermediate_size, False)
+                router += d * m.num_experts
+                # DeepSeek builds its shared MLP even at width 0 (n_shared_experts=0); only its
+                # biases (DeepSeek-V2 mlp_bias) then hold parameters.
+                if m.shared_intermediate_size or self.mlp_bias:
+                    shared += self._mlp_params(m.shared_intermediate_size, self.mlp_bias)
+                shared += d if m.shared_expert_gate else 0
             else:
-                dense += self._mlp_params(self.intermediate_size)
+                dense += self._mlp_params(self.intermediate_size, self.mlp_bias)
         norms = self.num_layers * 2 * d + d
         return ParamBreakdown(emb, head, attn, dense, experts, shared, router, norms)
 
@@ -227,19 +248,32 @@ class ModelSpec(Spec):
         b = self.breakdown
         if self.moe is None:
             return b.total
-        per_expert = self._mlp_params(self.moe.expert_intermediate_size)
+        per_expert = self._mlp_params(self.moe.expert_intermediate_size, False)
         active_experts = self.num_moe_layers * self.moe.experts_per_token * per_expert
         return b.total - b.experts + active_experts
 
     @cached_property
     def matmul_params_per_token(self) -> int:
-        """Weights that multiply each token in a forward pass (active, without the embedding
-        lookup and norms; the LM head counts even when tied)."""
-        b = self.breakdown
-        return self.num_active_params - b.embedding - b.norms + self.vocab_size * self.hidden_size - b.lm_head
+        """Weights that multiply each token in a forward pass: attention and MLP projections of
+        the active experts, routers and the LM head (counted even when tied). Biases, norms and
+        the embedding lookup are not matmuls and are left out."""
+        d = self.hidden_size
+        total = self.num_layers * self.attention_matmul_weights_per_layer + self.vocab_size * d
+        m = self.moe
+        for i in range(self.num_layers):
+            if m is not None and self.is_moe_layer(i):
+                total += (
+                    d * m.num_experts + m.experts_per_token * 3 * d * m.expert_intermediate_size
+                )
+                total += 3 * d * m.shared_intermediate_size + (d if m.shared_expert_gate else 0)
+            else:
+                total += 3 * d * self.intermediate_size
+        return total
 
     # ------------------------------------------------------------------ FLOPs
-    def attention_pairs(self, num_tokens: int, context_tokens: int = 0, attention: AttentionCount = "causal") -> float:
+    def attention_pairs(
+        self, num_tokens: int, context_tokens: int = 0, attention: AttentionCount = "causal"
+    ) -> float:
         """(query, key) pairs per layer and head for ``num_tokens`` new tokens after
         ``context_tokens`` cached ones."""
         t, c = float(num_tokens), float(context_tokens)
@@ -247,7 +281,9 @@ class ModelSpec(Spec):
             return t * (c + t)
         return t * c + t * (t + 1.0) / 2.0
 
-    def attention_flops(self, num_tokens: int, context_tokens: int = 0, attention: AttentionCount = "causal") -> float:
+    def attention_flops(
+        self, num_tokens: int, context_tokens: int = 0, attention: AttentionCount = "causal"
+    ) -> float:
         """Score and value FLOPs (QKᵀ and AV) over all layers, forward."""
         pairs = self.attention_pairs(num_tokens, context_tokens, attention)
         per_pair = 2.0 * self.num_heads * (self.q_head_dim + self.v_head_dim)
@@ -257,14 +293,20 @@ class ModelSpec(Spec):
         """Weight-matmul FLOPs of a forward pass over ``num_tokens`` tokens (incl. LM head)."""
         return 2.0 * self.matmul_params_per_token * num_tokens
 
-    def forward_flops(self, num_tokens: int, context_tokens: int = 0, attention: AttentionCount = "causal") -> float:
+    def forward_flops(
+        self, num_tokens: int, context_tokens: int = 0, attention: AttentionCount = "causal"
+    ) -> float:
         """Forward FLOPs for ``num_tokens`` new tokens of one sequence after ``context_tokens``
         cached tokens (``context_tokens=0`` is a prefill / teacher-forced pass)."""
         if num_tokens < 0 or context_tokens < 0:
             raise SpecError("num_tokens", "must be >= 0")
-        return self.linear_flops(num_tokens) + self.attention_flops(num_tokens, context_tokens, attention)
+        return self.linear_flops(num_tokens) + self.attention_flops(
+            num_tokens, context_tokens, attention
+        )
 
-    def train_flops(self, num_tokens: int, recompute: Recompute = "none", attention: AttentionCount = "causal") -> float:
+    def train_flops(
+        self, num_tokens: int, recompute: Recompute = "none", attention: AttentionCount = "causal"
+    ) -> float:
         """Forward + backward FLOPs for one sequence of ``num_tokens`` tokens.
 
         Backward costs twice the forward (gradients w.r.t. activations and weights). Full
@@ -272,7 +314,11 @@ class ModelSpec(Spec):
         replays only the attention core (Korthikanti et al. 2022, "Reducing Activation
         Recomputation in Large Transformer Models", §4)."""
         fwd = self.forward_flops(num_tokens, 0, attention)
-        extra = {"none": 0.0, "selective": self.attention_flops(num_tokens, 0, attention), "full": fwd}[recompute]
+        extra = {
+            "none": 0.0,
+            "selective": self.attention_flops(num_tokens, 0, attention),
+            "full": fwd,
+        }[recompute]
         return 3.0 * fwd + extra
 
     # ------------------------------------------------------------------ bytes

@@ -1,0 +1,89 @@
+"""Hypothesis strategies for Hugging Face ``config.json`` dicts of every supported model type.
+
+``hf_configs(max_dim=...)`` draws valid configs: small ones (``max_dim`` ~ 64) can be built by
+transformers in milliseconds for parity tests; large ones exercise the closed forms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from rlperf.specs.hf_config import SUPPORTED_TYPES
+
+
+@st.composite
+def _moe_keys(draw: st.DrawFn, mtype: str, num_layers: int, max_dim: int) -> dict[str, Any]:
+    experts = draw(st.integers(1, 8))
+    top_k = draw(st.integers(1, experts))
+    width = draw(st.integers(1, max_dim))
+    layer_ids = st.lists(st.integers(0, num_layers - 1), unique=True, max_size=num_layers)
+    if mtype in ("qwen2_moe", "qwen3_moe"):
+        keys = {
+            "num_experts": experts,
+            "num_experts_per_tok": top_k,
+            "moe_intermediate_size": width,
+            "decoder_sparse_step": draw(st.integers(1, 3)),
+            "mlp_only_layers": sorted(draw(layer_ids)),
+        }
+        if mtype == "qwen2_moe":
+            keys["shared_expert_intermediate_size"] = draw(st.integers(0, max_dim))
+            keys["qkv_bias"] = draw(st.booleans())
+        return keys
+    if mtype == "mixtral":
+        return {"num_local_experts": experts, "num_experts_per_tok": top_k}
+    # deepseek_v2 / deepseek_v3: one routing group keeps group-limited routing valid.
+    return {
+        "n_routed_experts": experts,
+        "num_experts_per_tok": top_k,
+        "moe_intermediate_size": width,
+        "n_shared_experts": draw(st.integers(0, 2)),
+        "first_k_dense_replace": draw(st.integers(0, num_layers)),
+        "n_group": 1,
+        "topk_group": 1,
+    }
+
+
+@st.composite
+def _mla_keys(draw: st.DrawFn, max_dim: int) -> dict[str, Any]:
+    small = st.integers(1, max(1, max_dim // 2))
+    return {
+        "q_lora_rank": draw(st.none() | small),
+        "kv_lora_rank": draw(small),
+        "qk_nope_head_dim": draw(small),
+        "qk_rope_head_dim": 2 * draw(st.integers(1, max(1, max_dim // 8))),  # RoPE needs even
+        "v_head_dim": draw(small),
+    }
+
+
+@st.composite
+def hf_configs(draw: st.DrawFn, max_dim: int = 64, max_layers: int = 3) -> dict[str, Any]:
+    """A valid config.json dict of any supported ``model_type``."""
+    mtype = draw(st.sampled_from(SUPPORTED_TYPES))
+    kv_heads = draw(st.integers(1, 4))
+    heads = kv_heads * draw(st.integers(1, 3))
+    head_dim = 2 * draw(st.integers(1, max(1, max_dim // 8)))
+    num_layers = draw(st.integers(1, max_layers))
+    cfg: dict[str, Any] = {
+        "model_type": mtype,
+        "hidden_size": heads * head_dim,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "intermediate_size": draw(st.integers(1, max_dim)),
+        "vocab_size": draw(st.integers(2, 4 * max_dim)),
+        "tie_word_embeddings": draw(st.booleans()),
+    }
+    if draw(st.booleans()):  # an explicit head_dim that need not equal hidden // heads
+        cfg["head_dim"] = head_dim * draw(st.integers(1, 2))
+    if mtype in ("llama", "deepseek_v2"):
+        cfg["mlp_bias"] = draw(st.booleans())
+    if mtype in ("llama", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3"):
+        cfg["attention_bias"] = draw(st.booleans())
+    if mtype in ("qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3"):
+        cfg.update(draw(_moe_keys(mtype, num_layers, max_dim)))
+    if mtype in ("deepseek_v2", "deepseek_v3"):
+        cfg["num_key_value_heads"] = heads  # MLA: every head has its own (latent-derived) K and V
+        cfg.update(draw(_mla_keys(max_dim)))
+    return cfg

@@ -2,13 +2,13 @@
 
 ``load_model`` accepts a catalog name (any case, with or without an ``org/`` prefix, or an alias
 with the same shapes, e.g. ``DeepSeek-V3`` or ``Qwen/Qwen2.5-7B-Instruct``), a path to a
-``config.json``, or a folder that holds one. Parsed specs are cached.
+``config.json``, or a folder that holds one. Catalog specs are parsed once and cached.
 """
 
 from __future__ import annotations
 
 import json
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +71,7 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     text = str(name_or_path)
     path = Path(text).expanduser()
     if path.is_file() or (path / "config.json").is_file():
-        resolved = path.resolve()
-        return _load_path(str(resolved), resolved.stat().st_mtime_ns)
+        return ModelSpec.from_path(path)  # read each time: the file may have changed
     if isinstance(name_or_path, Path) or text.endswith(".json") or path.is_dir():
         raise SpecError("model", f"no config.json at {text!r}")
     return _load_entry(resolve_name(text))
@@ -81,12 +80,6 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
 @cache
 def _load_entry(entry: str) -> ModelSpec:
     return ModelSpec.from_hf_config(load_config(entry), name=entry)
-
-
-@lru_cache(maxsize=64)
-def _load_path(path: str, mtime_ns: int) -> ModelSpec:
-    # mtime_ns is part of the cache key so an edited file is parsed again.
-    return ModelSpec.from_path(path)
 
 
 __all__ = [

@@ -77,13 +77,13 @@ def _heads(cfg: dict[str, Any], mtype: str, d: int) -> tuple[int, int, int]:
     return heads, kv_heads, d // heads
 
 
-def _moe_fields(cfg: dict[str, Any], mtype: str, num_layers: int) -> dict[str, Any] | None:
+def _moe_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any] | None:
     if mtype in ("qwen2_moe", "qwen3_moe"):
         moe: dict[str, Any] = {
             "num_experts": _pos(cfg, "num_experts"),
             "experts_per_token": _pos(cfg, "num_experts_per_tok"),
             "expert_intermediate_size": _pos(cfg, "moe_intermediate_size"),
-            "dense_layers": tuple(_layer_list(cfg, "mlp_only_layers", num_layers)),
+            "dense_layers": tuple(_layer_list(cfg, "mlp_only_layers")),
             "sparse_step": _opt(cfg, "decoder_sparse_step", 1),
         }
         if mtype == "qwen2_moe":  # one shared MLP plus its sigmoid gate, built even at width 0
@@ -117,7 +117,7 @@ def _moe_fields(cfg: dict[str, Any], mtype: str, num_layers: int) -> dict[str, A
     return moe
 
 
-def _layer_list(cfg: dict[str, Any], key: str, num_layers: int) -> list[int]:
+def _layer_list(cfg: dict[str, Any], key: str) -> list[int]:
     value = cfg.get(key) or []
     if not isinstance(value, list):
         raise SpecError(_where(key), f"must be a list of layer indices, got {value!r}")
@@ -180,7 +180,7 @@ def spec_fields_from_hf(cfg: dict[str, Any], name: str | None) -> dict[str, Any]
         "max_position_embeddings": _opt(cfg, "max_position_embeddings", 32768),
         **_bias_fields(cfg, mtype),
     }
-    moe = _moe_fields(cfg, mtype, num_layers)
+    moe = _moe_fields(cfg, mtype)
     if moe is not None:
         fields["moe"] = moe
     if mtype in ("deepseek_v3", "deepseek_v2"):

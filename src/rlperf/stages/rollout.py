@@ -1,0 +1,319 @@
+"""Rollout stage: generation on ``replicas`` vLLM/SGLang-like engines, at request granularity.
+
+:func:`simulate_rollout` dispatches requests to replicas (round-robin by group or least
+loaded), runs continuous batching on each (:mod:`rlperf.stages.rollout_engine`) with the
+closed-form step costs of :mod:`rlperf.stages.rollout_step`, and returns a
+:class:`RolloutResult`. Replicas are advanced by one event heap in time order, so arrivals
+(streaming, async RL), least-loaded dispatch and early stops see a consistent global clock.
+
+Cost grows with the number of requests: each request causes O(1) events (admission, join,
+completion; plus preemptions), each a few closed-form evaluations.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from rlperf.cost.memory import check_kv_capacity, inference_memory
+from rlperf.errors import SpecError
+from rlperf.specs.hardware import Cluster
+from rlperf.specs.model import ModelSpec
+from rlperf.specs.parallel import EngineLayout, check_engine_layout
+from rlperf.stages.rollout_engine import Book, Replica
+from rlperf.stages.rollout_requests import RolloutOptions, RolloutRequests
+from rlperf.stages.rollout_result import (
+    RolloutResult,
+    TimelineSegment,
+    low_occupancy_s,
+    tail_after_fraction_s,
+)
+from rlperf.stages.rollout_step import StepModel
+
+__all__ = [
+    "RolloutOptions",
+    "RolloutRequests",
+    "RolloutResult",
+    "TimelineSegment",
+    "kv_capacity_tokens",
+    "simulate_rollout",
+    "solo_times_s",
+]
+
+
+def kv_capacity_tokens(
+    model: ModelSpec, cluster: Cluster, layout: EngineLayout, min_tokens: int = 1
+) -> int:
+    """KV-cache capacity of one replica in tokens, from the memory model; SpecError when the
+    engine cannot hold ``min_tokens`` (e.g. one sequence of the longest prompt + response)."""
+    mem = inference_memory(model, layout, cluster.accelerator.hbm_bytes)
+    check_kv_capacity(mem, "engine", min_tokens)
+    return mem.kv_capacity_tokens
+
+
+def simulate_rollout(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: EngineLayout,
+    requests: RolloutRequests,
+    options: RolloutOptions | None = None,
+    kv_capacity: int | None = None,
+) -> RolloutResult:
+    """Simulate one rollout call. ``kv_capacity`` (tokens per replica) overrides the memory
+    model's figure."""
+    opts = options or RolloutOptions()
+    _check_inputs(model, cluster, layout)
+    target = _targets(requests, opts)
+    longest = int(np.max(requests.prompt_tokens + target))
+    cap = (
+        kv_capacity
+        if kv_capacity is not None
+        else kv_capacity_tokens(model, cluster, layout, longest)
+    )
+    _check_fits(requests, target, cap)
+    step = StepModel.build(model, cluster, layout, opts.cuda_graphs)
+    book = Book(
+        requests.prompt_tokens.tolist(),
+        requests.response_tokens.tolist(),
+        target.tolist(),
+        requests.already_generated.tolist(),
+        requests.group_id.tolist(),
+    )
+    replicas = [
+        Replica(
+            r,
+            step,
+            book,
+            cap,
+            layout.max_num_seqs,
+            layout.max_num_batched_tokens,
+            layout.prefix_sharing,
+        )
+        for r in range(layout.replicas)
+    ]
+    replica_of = np.full(requests.num_requests, -1, np.int64)
+    t_stop = _drive(replicas, book, requests, opts, replica_of)
+    return _result(step, layout, requests, target, book, replicas, replica_of, t_stop)
+
+
+# ---------------------------------------------------------------------- validation
+def _check_inputs(model: ModelSpec, cluster: Cluster, layout: EngineLayout) -> None:
+    check_engine_layout(model, layout)
+    if layout.num_gpus > cluster.num_gpus:
+        raise SpecError(
+            "engine.replicas", f"{layout.num_gpus} GPUs needed, cluster has {cluster.num_gpus}"
+        )
+    if layout.max_num_batched_tokens < layout.max_num_seqs:
+        raise SpecError(
+            "engine.max_num_batched_tokens",
+            f"{layout.max_num_batched_tokens} is below max_num_seqs ({layout.max_num_seqs})",
+            f">= {layout.max_num_seqs}",
+        )
+
+
+def _targets(requests: RolloutRequests, opts: RolloutOptions) -> np.ndarray:
+    resp = np.asarray(requests.response_tokens, np.int64)
+    if opts.token_budget_per_request is None:
+        return np.array(resp, np.int64)
+    return np.asarray(
+        np.minimum(resp, requests.already_generated + opts.token_budget_per_request), np.int64
+    )
+
+
+def _check_fits(requests: RolloutRequests, target: np.ndarray, cap: int) -> None:
+    need = requests.prompt_tokens + target
+    worst = int(np.argmax(need))
+    if need[worst] > cap:
+        raise SpecError(
+            f"requests[{worst}]",
+            f"needs {int(need[worst])} tokens of KV cache alone; a replica holds {cap}",
+            "shorter requests, a larger engine (tp/pp) or more gpu_memory_utilization",
+        )
+
+
+# ---------------------------------------------------------------------- the event loop
+def _dispatcher(
+    requests: RolloutRequests, opts: RolloutOptions, replicas: list[Replica]
+) -> Callable[[int], Replica]:
+    """Return ``choose(i) -> replica`` for request ``i``; groups stay on one replica."""
+    groups = requests.group_id
+    if opts.dispatch == "round_robin":
+        _, first = np.unique(groups, return_index=True)
+        rank = {int(groups[j]): k for k, j in enumerate(np.sort(first))}
+        num = len(replicas)
+        return lambda i: replicas[rank[int(groups[i])] % num]
+    home: dict[int, Replica] = {}
+
+    def least_loaded(i: int) -> Replica:
+        g = int(groups[i])
+        r = home.get(g)
+        if r is None:
+            r = min(replicas, key=lambda x: (x.load, x.index))
+            home[g] = r
+        return r
+
+    return least_loaded
+
+
+def _drive(
+    replicas: list[Replica],
+    book: Book,
+    requests: RolloutRequests,
+    opts: RolloutOptions,
+    replica_of: np.ndarray,
+) -> float:
+    """Run the replicas in global time order; return the stop time (inf if none)."""
+    choose = _dispatcher(requests, opts, replicas)
+    arrival = requests.arrival_s
+    order = np.argsort(arrival, kind="stable").tolist()
+    arrival_list = arrival.tolist()
+    t_stop = opts.time_limit_s if opts.time_limit_s is not None else math.inf
+    want = opts.stop_after_num_finished
+    debug = opts.debug_checks
+    version = [0] * len(replicas)
+    heap: list[tuple[float, int, int]] = []
+    ptr, n = 0, len(order)
+
+    def replan(r: Replica) -> None:
+        r.events()
+        if debug:
+            r.check()
+        end = r.plan_next()
+        version[r.index] += 1
+        if end < math.inf:
+            heapq.heappush(heap, (end, r.index, version[r.index]))
+
+    while True:
+        while heap and heap[0][2] != version[heap[0][1]]:
+            heapq.heappop(heap)
+        t_arr = arrival_list[order[ptr]] if ptr < n else math.inf
+        t_rep = heap[0][0] if heap else math.inf
+        t_next = min(t_arr, t_rep)
+        if t_next > t_stop or t_next == math.inf:
+            break
+        if t_arr <= t_rep:
+            touched: dict[int, Replica] = {}
+            while ptr < n and arrival_list[order[ptr]] == t_arr:
+                i = order[ptr]
+                r = choose(i)
+                r.waiting.append(i)
+                replica_of[i] = r.index
+                touched[r.index] = r
+                ptr += 1
+            for r in touched.values():
+                if r.plan is None:
+                    r.t = max(r.t, t_arr)
+                    replan(r)
+                elif r.could_admit():
+                    r.run_until(t_arr, round_up=True)
+                    replan(r)
+        else:
+            _, idx, _ = heapq.heappop(heap)
+            r = replicas[idx]
+            r.commit(r.plan_n)
+            replan(r)
+            if want is not None and book.num_finished >= want:
+                t_stop = min(t_stop, r.t)
+    stopped = t_stop < math.inf and (ptr < n or any(r.plan is not None for r in replicas))
+    if stopped:
+        for r in replicas:
+            r.run_until(t_stop, round_up=False)
+            r.settle_stopped()
+    return t_stop if stopped else math.inf
+
+
+# ---------------------------------------------------------------------- results
+def solo_times_s(
+    step: StepModel, context_tokens: np.ndarray, decode_steps: np.ndarray, budget: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(prefill, decode) time of each request alone on a replica at batch 1: prefill of
+    ``context_tokens`` in chunks of ``budget``, then ``decode_steps`` steps from there."""
+    pre = np.empty(len(context_tokens))
+    dec = np.empty(len(context_tokens))
+    for k, (p, r) in enumerate(zip(context_tokens.tolist(), decode_steps.tolist())):
+        n_chunks = -(-p // budget)
+        q = step.prefill_s_per_token(p, 0.5 * p * (p + 1), 1)
+        pre[k] = step.run(0, 0, p / n_chunks, q).time_s(n_chunks)
+        dec[k] = step.run(1, p + 1, 0, 0.0).time_s(r)
+    return pre, dec
+
+
+def _pareto(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of the points not dominated in both coordinates (the max of any function
+    increasing in both lies among them)."""
+    idx = np.lexsort((-x, -y))  # by y desc, then x desc
+    best = np.maximum.accumulate(x[idx])
+    keep = np.ones(len(idx), bool)
+    keep[1:] = x[idx][1:] > best[:-1]
+    return idx[keep]
+
+
+def _depth(
+    step: StepModel, requests: RolloutRequests, target: np.ndarray, budget: int
+) -> tuple[float, float]:
+    ctx = requests.prompt_tokens + requests.already_generated
+    steps = target - requests.already_generated - 1  # the first token comes from the prefill
+    cand = _pareto(ctx, steps)
+    pre, dec = solo_times_s(step, ctx[cand], steps[cand], budget)
+    return float(np.max(pre + dec)), float(np.max(dec))
+
+
+def _result(
+    step: StepModel,
+    layout: EngineLayout,
+    requests: RolloutRequests,
+    target: np.ndarray,
+    book: Book,
+    replicas: list[Replica],
+    replica_of: np.ndarray,
+    t_stop: float,
+) -> RolloutResult:
+    finish = np.array(book.finish_s)
+    generated = np.array(book.generated, np.int64)
+    finished = generated == requests.response_tokens
+    rep_finish = np.array([r.stats.last_end_s for r in replicas])
+    makespan = t_stop if t_stop < math.inf else float(max(rep_finish.max(), 0.0))
+    crit = int(np.argmax(rep_finish))
+    crit_segs = [
+        TimelineSegment(crit, a, b, k, kind) for a, b, k, kind in replicas[crit].stats.segments
+    ]
+    segments = tuple(
+        TimelineSegment(r.index, a, b, k, kind)
+        for r in replicas
+        for a, b, k, kind in r.stats.segments
+    )
+    depth, decode_depth = _depth(step, requests, target, layout.max_num_batched_tokens)
+    gpus = layout.gpus_per_replica
+    return RolloutResult(
+        makespan_s=makespan,
+        stopped_early=t_stop < math.inf,
+        finish_time_s=finish,
+        generated_tokens=generated,
+        finished=finished,
+        replica_of=replica_of,
+        replica_busy_s=np.array([r.stats.busy_s for r in replicas]),
+        replica_finish_s=rep_finish,
+        num_prefill_tokens=sum(r.stats.prefill_tokens for r in replicas),
+        num_decode_tokens=sum(r.stats.decode_tokens for r in replicas),
+        num_steps=sum(r.stats.num_steps for r in replicas),
+        num_preemptions=sum(r.stats.preemptions for r in replicas),
+        tail_s=tail_after_fraction_s(finish, makespan),
+        critical_replica=crit,
+        below_25pct_slots_s=low_occupancy_s(
+            crit_segs, rep_finish[crit], 0.25 * layout.max_num_seqs
+        ),
+        below_10pct_slots_s=low_occupancy_s(
+            crit_segs, rep_finish[crit], 0.10 * layout.max_num_seqs
+        ),
+        total_flops=sum(r.stats.flops for r in replicas),
+        total_hbm_bytes=sum(r.stats.bytes_per_gpu for r in replicas) * layout.tp,
+        work_s=sum(r.stats.roofline_s for r in replicas) * gpus,
+        depth_s=depth,
+        decode_depth_s=decode_depth,
+        num_gpus=layout.num_gpus,
+        gpus_per_replica=gpus,
+        segments=segments,
+    )

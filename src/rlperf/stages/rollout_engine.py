@@ -1,0 +1,357 @@
+"""Continuous batching on one engine replica, simulated at request granularity.
+
+Between two events (a completion, an admission, the end of a prefill wave, a preemption) the
+batch is fixed and every decoding sequence grows by one token per step, so the total context is
+``C(S) = ctx_fixed + b·S`` and the KV in use is ``kv_fixed + b·S`` at step ``S``: a run of
+steps is one closed form (:class:`rlperf.stages.rollout_step.Run`), and the cost of a rollout
+grows with the number of requests, not of tokens.
+
+Scheduling policy (documented choices, modelled on vLLM V1):
+
+* **Admission** is FCFS from the waiting queue, at a step boundary when no prefill wave is in
+  flight: the head request is admitted while the replica has fewer than ``max_num_seqs``
+  occupied slots and the KV cache can hold its current context plus its first new token. The
+  queue is not reordered (head-of-line blocking as in vLLM's FCFS policy).
+* **Prefill** of the requests admitted together (a *wave*) is chunked: each step carries the
+  ``b`` running decodes plus ``max_num_batched_tokens - b`` prompt tokens. Wave members start
+  decoding when the whole wave is prefilled; the last prefill step samples their first token.
+* **Prefix sharing**: a group's prompt is prefilled once per replica and its KV counted once
+  while any member of the group is resident; later members prefill only their own tokens (at
+  least one token, the last prompt position, to get logits). Attention still reads the shared
+  prompt once per sequence (no cascade attention).
+* **Preemption** (vLLM's recompute mode): when the next step would overflow the KV cache, the
+  most recently joined decoding sequence is evicted, keeps its generated tokens and goes back
+  to the *front* of the waiting queue; its prompt and generated tokens are re-prefilled when it
+  is admitted again. After a preemption, admission waits for the next completion on the
+  replica. This never deadlocks: without admissions the running set only shrinks while every
+  step makes progress, and a single request fits alone (checked at the edge), so some request
+  completes and admission resumes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from rlperf.stages.rollout_result import SegmentKind
+from rlperf.stages.rollout_step import Run, StepModel
+
+WAITING, PREFILL, DECODING, DONE = 0, 1, 2, 3
+
+
+class Book:
+    """Per-request state shared by the replicas of one call (plain lists: fast scalar access)."""
+
+    def __init__(
+        self,
+        prompt: list[int],
+        response: list[int],
+        target: list[int],
+        generated: list[int],
+        group: list[int],
+    ) -> None:
+        n = len(prompt)
+        self.prompt = prompt
+        self.response = response  # full response length
+        self.target = target  # tokens the request stops at in this call
+        self.generated = generated  # generated so far (valid while not decoding)
+        self.group = group
+        self.status = [WAITING] * n
+        self.finish_s = [math.inf] * n
+        self.join_step = [0] * n
+        self.private_kv = [0] * n  # KV tokens of the request not shared with its group
+        self.order = [0] * n  # join sequence number (stale-heap-entry check)
+        self.num_finished = 0  # requests that reached their full response
+
+
+@dataclass
+class ReplicaStats:
+    """What one replica did (accumulated over its runs of steps)."""
+
+    busy_s: float = 0.0
+    last_end_s: float = 0.0
+    flops: float = 0.0
+    bytes_per_gpu: float = 0.0  # HBM traffic of one GPU, summed over the pp stages
+    roofline_s: float = 0.0  # sum of max(compute, memory, floor), without communication
+    num_steps: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    preemptions: int = 0
+    segments: list[tuple[float, float, int, SegmentKind]] = field(default_factory=list)
+
+
+class Replica:
+    """One engine replica: a waiting queue, a prefill wave, and the decoding batch."""
+
+    def __init__(
+        self,
+        index: int,
+        step: StepModel,
+        book: Book,
+        kv_capacity_tokens: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        prefix_sharing: bool,
+    ) -> None:
+        self.index = index
+        self.step = step
+        self.book = book
+        self.cap = kv_capacity_tokens
+        self.max_seqs = max_num_seqs
+        self.budget = max_num_batched_tokens
+        self.sharing = prefix_sharing
+        self.t = 0.0
+        self.S = 0  # steps done
+        self.waiting: deque[int] = deque()
+        self.heap: list[tuple[int, int, int]] = []  # (finish step, join order, request)
+        self.stack: list[int] = []  # decoding requests in join order (preemption victims)
+        self.b = 0
+        self.ctx_fixed = 0  # C(S) = ctx_fixed + b·S
+        self.kv_fixed = 0  # KV(S) = kv_fixed + b·S
+        self.group_resident: dict[int, int] = {}
+        self.wave: list[int] = []
+        self.wave_left = 0  # prefill tokens not yet processed
+        self.wave_s_per_token = 0.0
+        self.wave_flops_per_token = 0.0
+        self.blocked = False
+        self.next_order = 0
+        # the planned run
+        self.plan: Run | None = None
+        self.plan_n = 0
+        self.plan_s = 0.0
+        self.plan_chunk = 0
+        self.stats = ReplicaStats()
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def occupied(self) -> int:
+        return self.b + len(self.wave)
+
+    @property
+    def load(self) -> int:
+        """Unfinished requests on this replica (for least-loaded dispatch)."""
+        return len(self.waiting) + self.b + len(self.wave)
+
+    @property
+    def busy(self) -> bool:
+        return self.b > 0 or bool(self.wave)
+
+    def kv_used(self) -> int:
+        return self.kv_fixed + self.b * self.S
+
+    def could_admit(self) -> bool:
+        return not self.wave and not self.blocked and self.occupied < self.max_seqs
+
+    # ------------------------------------------------------------------ events at step S
+    def events(self) -> None:
+        """Apply everything that happens at the current step boundary, in order: the wave
+        joins the decoding batch, completions leave, KV overflow preempts, admission."""
+        if self.wave and self.wave_left == 0:
+            self._join_wave()
+        heap, S = self.heap, self.S
+        while heap and heap[0][0] <= S:
+            _, order, i = heapq.heappop(heap)
+            if self.book.status[i] == DECODING and self.book.order[i] == order:
+                self._leave(i)
+                self._finish(i)
+        while self.b and self.kv_fixed + self.b * (S + 1) > self.cap:
+            self._preempt()
+        if not self.busy:
+            self.blocked = False
+        if not self.wave and not self.blocked and self.waiting:
+            self._admit()
+
+    def _join_wave(self) -> None:
+        bk, S = self.book, self.S
+        for i in self.wave:
+            bk.generated[i] += 1  # the last prefill step samples the first token
+            self.stats.decode_tokens += 1
+            bk.status[i] = DECODING
+            bk.join_step[i] = S
+            bk.order[i] = self.next_order
+            self.next_order += 1
+            self.b += 1
+            self.ctx_fixed += bk.prompt[i] + bk.generated[i] - S
+            self.kv_fixed -= S  # growth counted from now by b·S
+            heapq.heappush(self.heap, (S + bk.target[i] - bk.generated[i], bk.order[i], i))
+            self.stack.append(i)
+        self.wave = []
+
+    def _leave(self, i: int) -> None:
+        """Remove decoding request ``i`` from the batch at step S, fixing its count."""
+        bk, S = self.book, self.S
+        j = bk.join_step[i]
+        bk.generated[i] += S - j
+        self.b -= 1
+        self.ctx_fixed -= bk.prompt[i] + bk.generated[i] - (S - j) - j
+        self.kv_fixed -= bk.private_kv[i] - j
+        self._release_group(i)
+
+    def _finish(self, i: int) -> None:
+        bk = self.book
+        bk.status[i] = DONE
+        bk.finish_s[i] = self.t
+        if bk.generated[i] == bk.response[i]:
+            bk.num_finished += 1
+        self.blocked = False
+
+    def _preempt(self) -> None:
+        bk = self.book
+        while True:
+            i = self.stack.pop()
+            if bk.status[i] == DECODING:
+                break
+        self._leave(i)
+        bk.status[i] = WAITING
+        self.waiting.appendleft(i)
+        self.blocked = True
+        self.stats.preemptions += 1
+
+    def _release_group(self, i: int) -> None:
+        if not self.sharing:
+            return
+        g = self.book.group[i]
+        left = self.group_resident[g] - 1
+        if left:
+            self.group_resident[g] = left
+        else:
+            del self.group_resident[g]
+            self.kv_fixed -= self.book.prompt[i]
+
+    def _admit(self) -> None:
+        bk = self.book
+        kv_free = self.cap - self.kv_used() - self.b  # the running batch's next tokens come first
+        tokens = 0
+        pairs = 0.0
+        while self.waiting and self.occupied < self.max_seqs:
+            i = self.waiting[0]
+            p, gen, g = bk.prompt[i], bk.generated[i], bk.group[i]
+            shared = self.sharing and g in self.group_resident
+            need = (0 if shared else p) + gen + 1  # (its prompt unless resident) + its tokens + 1
+            if need > kv_free:
+                break
+            self.waiting.popleft()
+            kv_free -= need
+            self.kv_fixed += need
+            if self.sharing:
+                self.group_resident[g] = self.group_resident.get(g, 0) + 1
+            bk.private_kv[i] = gen + 1 + (0 if self.sharing else p)
+            bk.status[i] = PREFILL
+            # Tokens to prefill after ``cached`` tokens already in the cache (>= 1 for logits).
+            new, cached = (gen, p) if shared else (p + gen, 0)
+            if new == 0:
+                new, cached = 1, p - 1
+            tokens += new
+            pairs += new * cached + 0.5 * new * (new + 1)
+            self.wave.append(i)
+        if self.wave:
+            n = len(self.wave)
+            self.wave_left = tokens
+            self.wave_s_per_token = self.step.prefill_s_per_token(tokens, pairs, n)
+            self.wave_flops_per_token = self.step.prefill_flops(tokens, pairs, n) / tokens
+
+    # ------------------------------------------------------------------ runs of steps
+    def plan_next(self) -> float:
+        """Plan the run up to the next event; return its end time (inf when idle)."""
+        if not self.busy:
+            self.plan = None
+            return math.inf
+        b, S = self.b, self.S
+        n = 1 << 62
+        if b:
+            heap, bk = self.heap, self.book
+            while bk.status[heap[0][2]] != DECODING or bk.order[heap[0][2]] != heap[0][1]:
+                heapq.heappop(heap)
+            n = min(heap[0][0] - S, (self.cap - self.kv_used()) // b)
+        chunk = 0
+        if self.wave:
+            per_step = self.budget - b
+            n = min(n, -(-self.wave_left // per_step))
+            chunk = min(self.wave_left, n * per_step)
+        assert n >= 1, (self.index, n)
+        self.plan = self.step.run(
+            b, self.ctx_fixed + b * S, chunk / n, self.wave_s_per_token, len(self.wave)
+        )
+        self.plan_n = n
+        self.plan_chunk = chunk
+        self.plan_s = self.plan.time_s(n)
+        return self.t + self.plan_s
+
+    def commit(self, m: int) -> None:
+        """Run the first ``m`` steps of the plan."""
+        plan = self.plan
+        assert plan is not None and 0 <= m <= self.plan_n
+        if m == 0:
+            return
+        b, S, step = self.b, self.S, self.step
+        dt = self.plan_s if m == self.plan_n else plan.time_s(m)
+        tokens = 0
+        if self.wave:
+            tokens = min(self.wave_left, m * (self.budget - b))
+            self.wave_left -= tokens
+            self.stats.prefill_tokens += tokens
+        ctx_sum = m * (self.ctx_fixed + b * S) + b * 0.5 * m * (m - 1)
+        self.stats.flops += step.decode_flops(b * m, ctx_sum) + self.wave_flops_per_token * tokens
+        n_tok = b + -(-self.plan_chunk // self.plan_n)
+        mb = step.num_microbatches(b + len(self.wave))  # each micro-batch streams the weights
+        weights = mb * step.weight_bytes_per_gpu(-(-n_tok // mb))
+        self.stats.bytes_per_gpu += m * weights + step.kv_bytes_per_token_per_gpu * (
+            ctx_sum + b * m + tokens
+        )
+        self.stats.roofline_s += dt - m * plan.fixed
+        self.stats.decode_tokens += b * m
+        self.stats.num_steps += m
+        self.stats.segments.append(
+            (self.t, self.t + dt, self.occupied, "prefill" if self.wave else "decode")
+        )
+        self.stats.busy_s += dt
+        self.t += dt
+        self.stats.last_end_s = self.t
+        self.S = S + m
+        self.plan = None
+
+    def run_until(self, t_s: float, round_up: bool) -> None:
+        """Commit the steps of the plan done by ``t_s`` (``round_up``: through the step that
+        is running at ``t_s``)."""
+        if self.plan is None:
+            return
+        m = self.plan.steps_within(t_s - self.t, self.plan_n, round_up)
+        self.commit(m)
+
+    def settle_stopped(self) -> None:
+        """At a stop: record completions due now and fix the counts of running requests."""
+        if self.wave and self.wave_left == 0:
+            self._join_wave()
+        bk, S = self.book, self.S
+        while self.heap:
+            s, order, i = heapq.heappop(self.heap)
+            if bk.status[i] != DECODING or bk.order[i] != order:
+                continue
+            self._leave(i)
+            if s <= S:
+                self._finish(i)
+            else:
+                bk.status[i] = WAITING
+
+    def check(self) -> None:
+        """Debug: recompute the KV in use and the batch from scratch."""
+        bk, S = self.book, self.S
+        dec = [i for i in set(self.stack) if bk.status[i] == DECODING]
+        kv = sum(bk.private_kv[i] + S - bk.join_step[i] for i in dec)
+        kv += sum(bk.private_kv[i] for i in self.wave)
+        kv += sum(bk.prompt[self._member(g)] for g in self.group_resident) if self.sharing else 0
+        assert len(dec) == self.b, (len(dec), self.b)
+        assert kv == self.kv_used(), (kv, self.kv_used())
+        assert kv <= self.cap, (kv, self.cap)
+        assert self.occupied <= self.max_seqs
+        ctx = sum(bk.prompt[i] + bk.generated[i] + S - bk.join_step[i] for i in dec)
+        assert ctx == self.ctx_fixed + self.b * S, (ctx, self.ctx_fixed + self.b * S)
+
+    def _member(self, g: int) -> int:
+        bk = self.book
+        for i in list(self.stack) + self.wave:
+            if bk.group[i] == g and bk.status[i] in (PREFILL, DECODING):
+                return i
+        raise AssertionError(f"group {g} resident without members")

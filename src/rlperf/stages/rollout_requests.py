@@ -1,0 +1,137 @@
+"""Inputs of a rollout call: the requests (aligned arrays) and the engine's run options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+from pydantic import Field
+
+from rlperf.errors import SpecError
+from rlperf.specs.base import Spec
+
+Dispatch = Literal["round_robin", "least_loaded"]
+
+
+@dataclass(frozen=True, eq=False)
+class RolloutRequests:
+    """Requests of one rollout call, one entry per request (read-only int64/float64 arrays).
+
+    A request of group ``g`` shares its prompt with the other requests of ``g`` (GRPO's ``n``
+    samples of one prompt). ``already_generated`` tokens were generated in an earlier call
+    (partial rollout); their KV is gone and is re-prefilled with the prompt. Build with
+    :meth:`build`, which validates.
+    """
+
+    prompt_tokens: np.ndarray
+    response_tokens: np.ndarray  # final response length (what the request generates in total)
+    group_id: np.ndarray
+    already_generated: np.ndarray
+    arrival_s: np.ndarray
+
+    @classmethod
+    def build(
+        cls,
+        prompt_tokens: ArrayLike,
+        response_tokens: ArrayLike,
+        group_id: ArrayLike | None = None,
+        already_generated: ArrayLike | None = None,
+        arrival_s: ArrayLike | None = None,
+    ) -> RolloutRequests:
+        """Validate and freeze. Defaults: one group per request, nothing generated, all at t=0."""
+        prompt = _ints("requests.prompt_tokens", prompt_tokens)
+        n = len(prompt)
+        resp = _ints("requests.response_tokens", response_tokens, n)
+        group = (
+            np.arange(n, dtype=np.int64)
+            if group_id is None
+            else _ints("requests.group_id", group_id, n)
+        )
+        done = (
+            np.zeros(n, np.int64)
+            if already_generated is None
+            else _ints("requests.already_generated", already_generated, n)
+        )
+        arr = (
+            np.zeros(n)
+            if arrival_s is None
+            else np.asarray(arrival_s, dtype=np.float64).reshape(-1).copy()
+        )
+        if len(arr) != n:
+            raise SpecError("requests.arrival_s", f"has {len(arr)} entries for {n} requests")
+        if n == 0:
+            raise SpecError("requests", "no requests")
+        _check("requests.prompt_tokens", prompt >= 1, "must be >= 1")
+        _check("requests.response_tokens", resp >= 1, "must be >= 1")
+        _check(
+            "requests.already_generated",
+            (done >= 0) & (done < resp),
+            "must be in [0, response_tokens)",
+        )
+        _check("requests.arrival_s", np.isfinite(arr) & (arr >= 0), "must be finite and >= 0")
+        _check_group_prompts(prompt, group)
+        for a in (prompt, resp, group, done, arr):
+            a.setflags(write=False)
+        return cls(prompt, resp, group, done, arr)
+
+    @property
+    def num_requests(self) -> int:
+        return int(len(self.prompt_tokens))
+
+    @property
+    def remaining_tokens(self) -> np.ndarray:
+        return np.asarray(self.response_tokens - self.already_generated, np.int64)
+
+
+def _ints(name: str, values: ArrayLike, n: int | None = None) -> np.ndarray:
+    a = np.asarray(values).reshape(-1)
+    if a.dtype.kind == "f" and np.all(np.isfinite(a)) and np.all(a == np.round(a)):
+        a = a.astype(np.int64)
+    if a.dtype.kind not in "iu":
+        raise SpecError(name, f"must hold integers, got {a.dtype}")
+    a = a.astype(np.int64, copy=True)
+    if n is not None and len(a) != n:
+        raise SpecError(name, f"has {len(a)} entries for {n} requests")
+    return a
+
+
+def _check_group_prompts(prompt: np.ndarray, group: np.ndarray) -> None:
+    """Requests of one group answer one prompt, so their prompt lengths must agree."""
+    order = np.lexsort((prompt, group))
+    g, p = group[order], prompt[order]
+    bad = (g[1:] == g[:-1]) & (p[1:] != p[:-1])
+    if np.any(bad):
+        k = int(np.flatnonzero(bad)[0])
+        raise SpecError(
+            f"requests.prompt_tokens[{int(order[k + 1])}]",
+            f"group {int(g[k])} has prompts of {int(p[k])} and {int(p[k + 1])} tokens; a group shares one prompt",
+        )
+
+
+def _check(name: str, ok: np.ndarray, problem: str) -> None:
+    if not np.all(ok):
+        i = int(np.flatnonzero(~ok)[0])
+        raise SpecError(f"{name}[{i}]", problem)
+
+
+class RolloutOptions(Spec):
+    """How a rollout call is dispatched and when it stops."""
+
+    dispatch: Dispatch = "round_robin"
+    """round_robin: group g (in order of first appearance) goes to replica g mod R (verl's agent
+    loop keeps a group on one server); least_loaded: a new group goes to the replica with the
+    fewest unfinished requests at its arrival (ties: lowest index)."""
+    token_budget_per_request: int | None = Field(default=None, gt=0)
+    """Partial rollout (Kimi k1.5): a request generates at most this many new tokens in this
+    call and is returned unfinished if its response is longer."""
+    time_limit_s: float | None = Field(default=None, gt=0)
+    """Stop at this time; requests still queued or running are returned with their counts."""
+    stop_after_num_finished: int | None = Field(default=None, gt=0)
+    """Stop as soon as this many requests have finished (active partial rollout, APRIL)."""
+    cuda_graphs: bool = True
+    """Decode steps replay CUDA graphs (vLLM and SGLang default): the launch floor uses the
+    profile's graph_kernel_launch_s instead of kernel_launch_s."""
+    debug_checks: bool = False
+    """Recompute KV usage from scratch and assert capacity and token invariants at every event."""

@@ -1,0 +1,118 @@
+"""What a rollout call returns: per-request times and counts, per-replica figures, tail
+metrics, work and depth, and a timeline for the Chrome trace."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+SegmentKind = Literal["prefill", "decode"]
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineSegment:
+    """A run of engine steps on one replica with a fixed batch.
+
+    ``kind`` is ``"prefill"`` for steps that also prefill prompt chunks (chunked prefill mixed
+    with the running decodes) and ``"decode"`` for pure decode steps. ``batch_size`` counts the
+    occupied slots: decoding sequences plus those being prefilled."""
+
+    replica: int
+    start_s: float
+    end_s: float
+    batch_size: int
+    kind: SegmentKind
+
+
+@dataclass(frozen=True, eq=False)
+class RolloutResult:
+    """Outcome of one rollout call. Times are seconds from the call's start (t = 0)."""
+
+    makespan_s: float  # when the call returns: the last replica drained, or the stop time
+    stopped_early: bool  # a time limit or a finished-count target ended the call
+    finish_time_s: (
+        np.ndarray
+    )  # per request (input order): when it left the engine; inf if it had not
+    generated_tokens: np.ndarray  # per request: total generated, incl. ``already_generated``
+    finished: np.ndarray  # per request: generated the whole response
+    replica_of: np.ndarray  # per request: replica it was dispatched to (-1: never arrived)
+    replica_busy_s: np.ndarray  # per replica: time spent running steps
+    replica_finish_s: np.ndarray  # per replica: end of its last step (0 if it never ran)
+    num_prefill_tokens: (
+        int  # prompt and recomputed tokens prefilled (resume and preemption included)
+    )
+    num_decode_tokens: int  # tokens generated in this call
+    num_steps: int  # engine steps summed over replicas (mixed prefill steps included)
+    num_preemptions: int  # recompute preemptions (KV cache full)
+    tail_s: float  # from the 90%-of-requests-finished point to the end (Seer: last 10% of requests)
+    critical_replica: int  # the replica that finished last
+    below_25pct_slots_s: float  # time the critical replica had < 25% of max_num_seqs occupied
+    below_10pct_slots_s: float  # ... < 10%
+    total_flops: float
+    total_hbm_bytes: float  # bytes read and written in HBM, all GPUs
+    work_s: float  # GPU-seconds at the roofline rate: sum of max(compute, memory), all GPUs
+    depth_s: float  # the slowest request alone at batch 1: its prefill plus decode (lower bound)
+    decode_depth_s: float  # the decode part of that bound (longest decode alone)
+    num_gpus: int
+    gpus_per_replica: int
+    segments: tuple[TimelineSegment, ...]
+
+    @property
+    def num_requests(self) -> int:
+        return int(len(self.finish_time_s))
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return self.num_decode_tokens / self.makespan_s if self.makespan_s > 0 else 0.0
+
+    def lower_bound_s(self) -> float:
+        """max(W/P, D): no schedule of this work on these GPUs is faster (work-depth)."""
+        return max(self.work_s / self.num_gpus, self.depth_s)
+
+    def chrome_trace_events(
+        self, pid: int = 0, name_prefix: str = "rollout"
+    ) -> list[dict[str, object]]:
+        """Complete events ("ph": "X", microseconds), one track per replica (Perfetto)."""
+        events: list[dict[str, object]] = []
+        for s in self.segments:
+            events.append(
+                {
+                    "name": f"{name_prefix} {s.kind}",
+                    "ph": "X",
+                    "ts": s.start_s * 1e6,
+                    "dur": (s.end_s - s.start_s) * 1e6,
+                    "pid": pid,
+                    "tid": s.replica,
+                    "args": {"batch_size": s.batch_size},
+                }
+            )
+        return events
+
+
+def tail_after_fraction_s(
+    finish_time_s: np.ndarray, makespan_s: float, fraction: float = 0.9
+) -> float:
+    """Time from the point where ``fraction`` of all requests had finished to the end
+    (0 if fewer than that fraction finished)."""
+    n = len(finish_time_s)
+    k = max(1, math.ceil(fraction * n))
+    done = np.sort(finish_time_s[np.isfinite(finish_time_s)])
+    if len(done) < k:
+        return 0.0
+    return max(0.0, makespan_s - float(done[k - 1]))
+
+
+def low_occupancy_s(segments: list[TimelineSegment], end_s: float, slots: float) -> float:
+    """Time in ``[first start, end_s]`` during which fewer than ``slots`` slots are occupied;
+    gaps between segments count as empty."""
+    if not segments:
+        return 0.0
+    start = np.array([s.start_s for s in segments])
+    stop = np.array([s.end_s for s in segments])
+    occ = np.array([s.batch_size for s in segments])
+    covered = float(np.sum(stop - start))
+    gaps = max(0.0, (end_s - float(start.min())) - covered)
+    return float(np.sum((stop - start)[occ < slots])) + gaps

@@ -1,0 +1,307 @@
+"""Step time of one rollout-engine replica (vLLM/SGLang-like), as closed-form coefficients.
+
+One engine *step* runs every sequence of the batch through the model once: ``b`` decoding
+sequences advance one token each and, under chunked prefill, up to
+``max_num_batched_tokens - b`` prompt tokens are prefilled in the same step (vLLM V1 and
+Sarathi-Serve schedule the running decodes first, then fill the token budget with prefill).
+
+Per-step time of a replica (``tp`` GPUs per stage, ``pp`` stages run one after the other for a
+step, so every term below is the sum over the stages of one GPU's work):
+
+    step = max(compute, memory, launch floor) + communication
+    compute = linear FLOPs / (tp · peak · matmul_eff) + attention FLOPs / (tp · peak · attention_eff)
+    memory  = (streamed weight bytes + KV bytes read + KV bytes written) per GPU
+              / (HBM bandwidth · decode_hbm_efficiency)
+    communication = 2·L all-reduces of the step's activations over the tp group (after the
+                    attention and the MLP of every layer, Megatron TP; Shoeybi et al. 2019)
+                    + (pp-1) stage hand-offs (one point-to-point send of the activations)
+    launch floor = kernel_launch_s · KERNELS_PER_LAYER · L
+
+The launch floor enters the max, not the sum: a step cannot finish before its kernels are
+launched, but launches overlap with the kernels of the step, and ``decode_hbm_efficiency`` is an
+end-to-end decode figure (gpt-fast MBU) that already carries the gaps between kernels; adding
+the launches on top would count them twice. vLLM and SGLang replay decode steps as CUDA graphs,
+so the per-kernel cost is the profile's ``graph_kernel_launch_s`` (``kernel_launch_s`` for eager
+execution, ``cuda_graphs=False``). The floor binds only for very small models.
+
+The roofline ``max(compute, memory)`` is the usual decode model (Williams et al. 2009; Pope et
+al. 2022, "Efficiently Scaling Transformer Inference", §2). With the batch fixed, the total
+context ``C`` grows by ``b`` tokens per step, and both sides of the max are affine in ``C``, so
+a run of ``n`` steps has a closed form (:func:`run_time_s`) and the run is split where the max
+switches sides.
+
+Weights streamed per step: every matmul weight (the embedding table is only gathered, ``b``
+rows, and is not counted; the LM head is). For a mixture of experts, a layer reads only the
+experts its tokens are routed to. With ``n`` tokens each choosing ``k`` of ``E`` experts
+(assumed uniform and independent), the expected number of distinct experts touched is
+``E · (1 - (1 - k/E)^n)``: ``k`` at ``n = 1``, approaching ``E`` for large batches. Expert
+weights are assumed spread evenly over the replica's GPUs (tp-sharded, or ep with balanced load).
+
+KV bytes per GPU: the KV heads a tp rank holds (:func:`rlperf.cost.memory_params.kv_heads_per_device`,
+the same count the memory model uses: split up to ``num_kv_heads`` ways, replicated beyond;
+MLA's latent is whole on every rank).
+
+Prefill: a prompt chunk's linear FLOPs leave out the LM head except for the last position of
+each sequence (engines compute logits only for sampled positions); attention FLOPs follow
+:meth:`ModelSpec.attention_flops` (causal pairs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from rlperf.cost.collectives import all_reduce, group_for, p2p
+from rlperf.cost.memory_params import kv_heads_per_device
+from rlperf.specs.dtypes import bytes_per
+from rlperf.specs.hardware import Cluster
+from rlperf.specs.model import ModelSpec
+from rlperf.specs.parallel import EngineLayout
+
+# Kernels launched per layer in a decode step of a fused vLLM-style layer: input norm, QKV
+# GEMM, rotary, attention, output GEMM, post-attention norm, gate-up GEMM, activation, down
+# GEMM. A structural count (not fitted); the per-kernel floor itself is profile data.
+KERNELS_PER_LAYER = 9
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """Per-step cost coefficients of one engine replica. Build with :meth:`build`."""
+
+    tp: int
+    pp: int
+    num_layers: int
+    hidden_size: int
+    # FLOPs
+    decode_linear_flops_per_token: float  # 2 · matmul weights incl. the LM head
+    prefill_linear_flops_per_token: float  # without the LM head
+    lm_head_flops: float  # one position's logits
+    attention_flops_per_pair: float  # one (query, key) pair over all layers
+    # rates (per stage's tp GPUs; stages run one after the other)
+    matmul_flops_per_s: float
+    attention_flops_per_s: float
+    hbm_bytes_per_s: float  # one GPU, decode streaming
+    # bytes per GPU summed over the pp stages
+    dense_weight_bytes_per_gpu: float  # all streamed weights except routed experts
+    expert_bytes_per_gpu: float  # one routed expert in every MoE layer
+    kv_bytes_per_token_per_gpu: float
+    num_experts: int  # 0 for a dense model
+    experts_per_token: int
+    floor_s: float  # kernel-launch floor per step
+    # communication, filled lazily per token count
+    _comm_cache: dict[tuple[int, int], float] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    _cluster: Cluster | None = field(default=None, compare=False, repr=False)
+    _act_bytes: float = field(default=2.0, compare=False, repr=False)
+
+    @classmethod
+    def build(
+        cls, model: ModelSpec, cluster: Cluster, layout: EngineLayout, cuda_graphs: bool = True
+    ) -> StepModel:
+        acc, prof = cluster.accelerator, cluster.profile
+        tp, pp = layout.tp, layout.pp
+        peak = acc.peak(layout.dtype)
+        wbytes = bytes_per(layout.dtype)
+        lm_head_params = model.vocab_size * model.hidden_size
+        expert_params, active_expert_params = _expert_params(model)
+        streamed_dense = model.matmul_params_per_token - active_expert_params
+        kv_share = kv_heads_per_device(model, tp) / (
+            1 if model.mla is not None else model.num_kv_heads
+        )
+        launch_s = prof.graph_kernel_launch_s if cuda_graphs else prof.kernel_launch_s
+        moe = model.moe
+        return cls(
+            tp=tp,
+            pp=pp,
+            num_layers=model.num_layers,
+            hidden_size=model.hidden_size,
+            decode_linear_flops_per_token=model.linear_flops(1),
+            prefill_linear_flops_per_token=model.linear_flops(1) - 2.0 * lm_head_params,
+            lm_head_flops=2.0 * lm_head_params,
+            attention_flops_per_pair=model.attention_flops(1, 0),
+            matmul_flops_per_s=tp * peak * prof.matmul_eff(layout.dtype),
+            attention_flops_per_s=tp * peak * prof.attention_efficiency,
+            hbm_bytes_per_s=acc.hbm_bandwidth_bytes_per_s * prof.decode_hbm_efficiency,
+            dense_weight_bytes_per_gpu=streamed_dense * wbytes / tp,
+            expert_bytes_per_gpu=expert_params * wbytes / tp,
+            kv_bytes_per_token_per_gpu=model.kv_bytes_per_token(layout.kv_dtype) * kv_share,
+            num_experts=moe.num_experts if moe is not None else 0,
+            experts_per_token=moe.experts_per_token if moe is not None else 0,
+            floor_s=launch_s * KERNELS_PER_LAYER * model.num_layers,
+            _cluster=cluster,
+            _act_bytes=wbytes,
+        )
+
+    # ------------------------------------------------------------------ per step pieces
+    def weight_bytes_per_gpu(self, num_tokens: int) -> float:
+        """Weight bytes one GPU streams in a step that processes ``num_tokens`` tokens."""
+        if self.num_experts == 0:
+            return self.dense_weight_bytes_per_gpu
+        e, k = self.num_experts, self.experts_per_token
+        touched = e * (1.0 - (1.0 - k / e) ** num_tokens)
+        return self.dense_weight_bytes_per_gpu + touched * self.expert_bytes_per_gpu
+
+    def comm_s(self, num_tokens: int, num_microbatches: int = 1) -> float:
+        """TP all-reduces and PP hand-offs of one step over ``num_tokens`` tokens split into
+        ``num_microbatches`` pipeline micro-batches (on the critical stage)."""
+        if self.tp == 1 and self.pp == 1:
+            return 0.0
+        key = (num_tokens, num_microbatches)
+        cached = self._comm_cache.get(key)
+        if cached is None:
+            cached = self._comm_uncached(num_tokens, num_microbatches)
+            self._comm_cache[key] = cached
+        return cached
+
+    def _comm_uncached(self, num_tokens: int, num_microbatches: int) -> float:
+        cluster = self._cluster
+        assert cluster is not None
+        mb = num_microbatches
+        act = num_tokens * self.hidden_size * self._act_bytes
+        total = 0.0
+        if self.tp > 1:
+            # A step lasts pp stage-times of one micro-batch (see run), and each stage
+            # all-reduces the micro-batch's activations twice per layer.
+            group = group_for(cluster, self.tp)
+            total += 2 * self.num_layers * all_reduce(cluster, act / mb, group).time_s
+        if self.pp > 1:
+            # A stage boundary stays in a node when the whole replica does.
+            same_node = self.tp * self.pp <= cluster.gpus_per_node
+            total += (self.pp - 1) * p2p(cluster, act / mb, same_node).time_s
+        return total
+
+    # ------------------------------------------------------------------ a run of steps
+    def run(
+        self,
+        num_decode: int,
+        context_tokens: float,
+        chunk_tokens: float,
+        prefill_s_per_token: float,
+        num_prefill_seqs: int = 0,
+    ) -> Run:
+        """Coefficients of steps with ``num_decode`` decoding sequences of total context
+        ``context_tokens`` (at the first step) plus ``chunk_tokens`` prefill tokens per step
+        (from ``num_prefill_seqs`` prompts) costing ``prefill_s_per_token`` of compute each.
+
+        Pipeline parallelism: as vLLM's virtual engines, the step's sequences are split into
+        ``mb = min(pp, sequences)`` balanced micro-batches in flight on the pp stages. A step
+        (every sequence advances once) then takes ``pp`` stage-times of one micro-batch: the
+        token-proportional compute and KV traffic divide by ``mb``, while every micro-batch
+        still streams its stage's weights (``mb = 1``: the stages run one after the other)."""
+        b, c = num_decode, chunk_tokens
+        n_tok = b + int(math.ceil(c))
+        mb = max(1, min(self.pp, b + num_prefill_seqs))
+        kv_s = self.kv_bytes_per_token_per_gpu / self.hbm_bytes_per_s / mb
+        attn_s = self.attention_flops_per_pair / self.attention_flops_per_s / mb
+        c0 = b * self.decode_linear_flops_per_token / self.matmul_flops_per_s / mb
+        c0 += attn_s * (context_tokens + b) + prefill_s_per_token * c / mb
+        weights_s = self.weight_bytes_per_gpu(-(-n_tok // mb)) / self.hbm_bytes_per_s
+        m0 = weights_s + kv_s * (context_tokens + b + c)
+        return Run(c0, attn_s * b, m0, kv_s * b, self.floor_s, self.comm_s(n_tok, mb))
+
+    def num_microbatches(self, num_seqs: int) -> int:
+        return max(1, min(self.pp, num_seqs))
+
+    def prefill_s_per_token(self, num_tokens: int, num_pairs: float, num_seqs: int) -> float:
+        """Average compute time per prefill token of a set of prompts: ``num_tokens`` tokens,
+        ``num_pairs`` causal (query, key) pairs, logits for ``num_seqs`` last positions."""
+        lin = num_tokens * self.prefill_linear_flops_per_token + num_seqs * self.lm_head_flops
+        attn = num_pairs * self.attention_flops_per_pair
+        return (lin / self.matmul_flops_per_s + attn / self.attention_flops_per_s) / num_tokens
+
+    def prefill_flops(self, num_tokens: int, num_pairs: float, num_seqs: int) -> float:
+        lin = num_tokens * self.prefill_linear_flops_per_token + num_seqs * self.lm_head_flops
+        return lin + num_pairs * self.attention_flops_per_pair
+
+    def decode_flops(self, num_decode: int, context_sum: float) -> float:
+        """FLOPs of decode steps whose contexts sum to ``context_sum`` over ``num_decode``
+        sequence-steps (each token also attends to itself)."""
+        return (
+            num_decode * self.decode_linear_flops_per_token
+            + (context_sum + num_decode) * self.attention_flops_per_pair
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """Step ``i`` of a run costs ``max(c0 + c1·i, m0 + m1·i, floor) + fixed`` seconds
+    (compute line, memory line, launch floor, communication)."""
+
+    c0: float
+    c1: float
+    m0: float
+    m1: float
+    floor: float
+    fixed: float
+
+    def step_s(self, i: int) -> float:
+        return max(self.c0 + self.c1 * i, self.m0 + self.m1 * i, self.floor) + self.fixed
+
+    def time_s(self, n: int) -> float:
+        """Total time of steps ``0..n-1`` in closed form."""
+        if n <= 0:
+            return 0.0
+        c0, c1, m0, m1 = self.c0, self.c1, self.m0, self.m1
+        if self.floor > c0 and self.floor > m0:
+            return envelope_sum([(c0, c1), (m0, m1), (self.floor, 0.0)], n) + n * self.fixed
+        # Fast path (the floor never binds: both lines start above it and do not decrease).
+        if c1 == m1:
+            return _lin_sum(max(c0, m0), c1, 0, n) + n * self.fixed
+        x = (m0 - c0) / (c1 - m1)  # the lines cross at step x
+        k = n if x >= n else (0 if x <= 0 else math.ceil(x))  # steps before the crossing
+        (a, s), (a2, s2) = ((m0, m1), (c0, c1)) if c1 > m1 else ((c0, c1), (m0, m1))
+        return _lin_sum(a, s, 0, k) + _lin_sum(a2, s2, k, n) + n * self.fixed
+
+    def steps_within(self, elapsed_s: float, n_max: int, round_up: bool) -> int:
+        """The number of whole steps done after ``elapsed_s`` (``round_up``: the first step
+        boundary at or after it), at most ``n_max``. Bisection on the monotone closed form."""
+        lo, hi = 0, n_max
+        if round_up:  # smallest m with time_s(m) >= elapsed
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self.time_s(mid) >= elapsed_s:
+                    hi = mid
+                else:
+                    lo = mid + 1
+        else:  # largest m with time_s(m) <= elapsed
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self.time_s(mid) <= elapsed_s:
+                    lo = mid
+                else:
+                    hi = mid - 1
+        return lo
+
+
+def _lin_sum(a: float, s: float, i0: int, i1: int) -> float:
+    """sum_{i=i0}^{i1-1} (a + s·i)."""
+    return (i1 - i0) * a + s * 0.5 * (i1 * (i1 - 1) - i0 * (i0 - 1))
+
+
+def envelope_sum(lines: list[tuple[float, float]], n: int) -> float:
+    """sum_{i<n} max_j (a_j + s_j·i) for lines with slopes >= 0, in closed form.
+
+    The upper envelope of lines is convex and piecewise linear: start on the line that is
+    highest at ``i``, stay on it until the first integer where a steeper line overtakes it,
+    and sum each piece as an arithmetic series. At most ``len(lines)`` pieces."""
+    i, total = 0, 0.0
+    while i < n:
+        a, s = max(lines, key=lambda ln: (ln[0] + ln[1] * i, ln[1]))
+        nxt = n
+        for a2, s2 in lines:
+            if s2 > s and a - a2 < (s2 - s) * n:  # overtakes after x = (a - a2)/(s2 - s) < n
+                nxt = min(nxt, max(i + 1, math.floor((a - a2) / (s2 - s)) + 1))
+        total += _lin_sum(a, s, i, nxt)
+        i = nxt
+    return total
+
+
+def _expert_params(model: ModelSpec) -> tuple[float, float]:
+    """(params of one routed expert summed over MoE layers, routed-expert params a token uses)."""
+    moe = model.moe
+    if moe is None or model.num_moe_layers == 0:
+        return 0.0, 0.0
+    per_layer_expert = model.breakdown.experts / (model.num_moe_layers * moe.num_experts)
+    one = per_layer_expert * model.num_moe_layers
+    return one, one * moe.experts_per_token

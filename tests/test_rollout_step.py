@@ -1,0 +1,140 @@
+"""Step-time model of a rollout replica: closed forms against brute-force sums and hand
+formulas (roofline at batch 1, compute-bound large batches, MoE experts touched, pp micro-batches)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlperf.catalog import load_model
+from rlperf.specs.hardware_catalog import make_cluster
+from rlperf.specs.parallel import EngineLayout
+from rlperf.stages.rollout_step import KERNELS_PER_LAYER, Run, StepModel, envelope_sum
+
+QWEN7 = load_model("Qwen2.5-7B")
+H100 = make_cluster("H100", num_gpus=64)
+
+coef = st.floats(0.0, 10.0, allow_nan=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(c0=coef, c1=coef, m0=coef, m1=coef, floor=coef, fixed=coef, n=st.integers(0, 60))
+def test_run_time_is_the_sum_of_step_times(
+    c0: float, c1: float, m0: float, m1: float, floor: float, fixed: float, n: int
+) -> None:
+    run = Run(c0, c1, m0, m1, floor, fixed)
+    brute = sum(run.step_s(i) for i in range(n))
+    assert run.time_s(n) == pytest.approx(brute, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(lines=st.lists(st.tuples(coef, coef), min_size=1, max_size=4), n=st.integers(0, 50))
+def test_envelope_sum_matches_brute_force(lines: list[tuple[float, float]], n: int) -> None:
+    brute = sum(max(a + s * i for a, s in lines) for i in range(n))
+    assert envelope_sum(lines, n) == pytest.approx(brute, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    c0=coef, c1=coef, m0=st.floats(0.1, 10), m1=coef, n=st.integers(1, 80), frac=st.floats(0, 1.2)
+)
+def test_steps_within_inverts_time(
+    c0: float, c1: float, m0: float, m1: float, n: int, frac: float
+) -> None:
+    run = Run(c0, c1, m0, m1, 0.0, 0.01)
+    t = frac * run.time_s(n)
+    down = run.steps_within(t, n, round_up=False)
+    up = run.steps_within(t, n, round_up=True)
+    assert run.time_s(down) <= t + 1e-12
+    assert down == n or run.time_s(down + 1) > t
+    assert up == n or run.time_s(up) >= t
+    assert up == 0 or run.time_s(up - 1) < t
+
+
+def test_batch1_decode_streams_the_weights_at_the_profile_rate() -> None:
+    """At batch 1 with a short context a step is memory bound: matmul weights / (bw · eff)."""
+    step = StepModel.build(QWEN7, H100, EngineLayout(tp=1))
+    acc, prof = H100.accelerator, H100.profile
+    expected = (
+        QWEN7.matmul_params_per_token
+        * 2
+        / (acc.hbm_bandwidth_bytes_per_s * prof.decode_hbm_efficiency)
+    )
+    run = step.run(1, 100, 0, 0.0)
+    assert run.step_s(0) == pytest.approx(expected, rel=0.01)
+    # The full weight_bytes differs only by the embedding table, which decode gathers, not streams.
+    assert run.step_s(0) == pytest.approx(
+        QWEN7.weight_bytes() / (acc.hbm_bandwidth_bytes_per_s * prof.decode_hbm_efficiency),
+        rel=0.08,
+    )
+
+
+def test_large_batch_decode_is_compute_bound() -> None:
+    step = StepModel.build(QWEN7, H100, EngineLayout(tp=1))
+    b = 4096
+    run = step.run(b, 0, 0, 0.0)
+    peak = H100.accelerator.peak("bf16") * H100.profile.matmul_eff("bf16")
+    linear = b * QWEN7.linear_flops(1) / peak
+    assert run.step_s(0) >= linear
+    assert run.step_s(0) == pytest.approx(linear, rel=0.02)
+
+
+def test_step_time_grows_with_batch_and_context() -> None:
+    step = StepModel.build(QWEN7, H100, EngineLayout(tp=1))
+    for ctx in (100, 10_000):
+        times = [step.run(b, b * ctx, 0, 0.0).step_s(0) for b in (1, 8, 64, 512)]
+        assert times == sorted(times)
+    assert step.run(64, 64 * 10_000, 0, 0.0).step_s(0) > step.run(64, 64 * 100, 0, 0.0).step_s(0)
+
+
+def test_launch_floor_uses_cuda_graph_cost() -> None:
+    graphs = StepModel.build(QWEN7, H100, EngineLayout(tp=1), cuda_graphs=True)
+    eager = StepModel.build(QWEN7, H100, EngineLayout(tp=1), cuda_graphs=False)
+    per_kernel = KERNELS_PER_LAYER * QWEN7.num_layers
+    assert graphs.floor_s == pytest.approx(per_kernel * H100.profile.graph_kernel_launch_s)
+    assert eager.floor_s == pytest.approx(per_kernel * H100.profile.kernel_launch_s)
+
+
+def test_tp_adds_two_all_reduces_per_layer_and_shards_weights() -> None:
+    one = StepModel.build(QWEN7, H100, EngineLayout(tp=1))
+    four = StepModel.build(QWEN7, H100, EngineLayout(tp=4))
+    assert four.dense_weight_bytes_per_gpu == pytest.approx(one.dense_weight_bytes_per_gpu / 4)
+    assert one.comm_s(8) == 0.0
+    assert four.comm_s(8) > 2 * QWEN7.num_layers * H100.profile.intra_node_latency_s
+    # Qwen2.5-7B has 4 KV heads: tp=4 splits them, so a GPU holds a quarter of each token's KV.
+    assert four.kv_bytes_per_token_per_gpu == pytest.approx(QWEN7.kv_bytes_per_token() / 4)
+
+
+def test_pipeline_microbatches_divide_token_work_not_weights() -> None:
+    pp1 = StepModel.build(QWEN7, H100, EngineLayout(tp=1))
+    pp2 = StepModel.build(QWEN7, H100, EngineLayout(tp=1, pp=2))
+    big1, big2 = pp1.run(256, 256 * 8000, 0, 0.0), pp2.run(256, 256 * 8000, 0, 0.0)
+    assert big2.m1 == pytest.approx(big1.m1 / 2) and big2.c1 == pytest.approx(big1.c1 / 2)
+    # One sequence cannot be split: the two stages run one after the other (plus a hand-off).
+    solo1, solo2 = pp1.run(1, 100, 0, 0.0), pp2.run(1, 100, 0, 0.0)
+    assert solo2.step_s(0) >= solo1.step_s(0)
+
+
+def test_moe_touches_more_experts_as_the_batch_grows() -> None:
+    moe = load_model("Qwen3-30B-A3B")
+    assert moe.moe is not None
+    step = StepModel.build(moe, H100, EngineLayout(tp=1))
+    e, k = moe.moe.num_experts, moe.moe.experts_per_token
+    one = step.weight_bytes_per_gpu(1)
+    assert one == pytest.approx(step.dense_weight_bytes_per_gpu + k * step.expert_bytes_per_gpu)
+    assert one == pytest.approx(moe.matmul_params_per_token * 2, rel=1e-9)
+    b = 16
+    expected = e * (1 - (1 - k / e) ** b)
+    assert step.weight_bytes_per_gpu(b) == pytest.approx(
+        step.dense_weight_bytes_per_gpu + expected * step.expert_bytes_per_gpu
+    )
+    everything = step.dense_weight_bytes_per_gpu + e * step.expert_bytes_per_gpu
+    assert step.weight_bytes_per_gpu(100_000) == pytest.approx(everything)
+    assert math.isclose(
+        everything,
+        (moe.num_params - moe.breakdown.embedding - moe.breakdown.norms) * 2,
+        rel_tol=1e-6,
+    )

@@ -38,3 +38,11 @@ def test_layout_world_size_and_divisibility() -> None:
     with pytest.raises(SpecError, match="tp"):
         check_train_layout(m, TrainLayout(tp=3))
     assert EngineLayout(tp=2, replicas=4).num_gpus == 8
+
+
+def test_model_copy_recomputes_derived_values() -> None:
+    m = ModelSpec.from_hf_config(QWEN25_7B, "q")
+    assert m.num_params > 0
+    small = m.model_copy(update={"num_layers": 2})
+    assert small.num_params < m.num_params
+    assert small.num_params == ModelSpec.from_hf_config({**QWEN25_7B, "num_hidden_layers": 2}, "q").num_params

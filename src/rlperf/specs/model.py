@@ -149,6 +149,11 @@ class ModelSpec(Spec):
         stem = p.parent.name if p.name == "config.json" else p.stem
         return cls.from_hf_config(data, name=stem)
 
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> ModelSpec:
+        """A validated copy. pydantic's copy would carry over the cached derived values
+        (``breakdown``, ``num_params``...) of the original, which an update makes stale."""
+        return type(self).model_validate({**self.model_dump(), **(update or {})})
+
     # ------------------------------------------------------------------ structure
     def is_moe_layer(self, layer: int) -> bool:
         m = self.moe

@@ -49,7 +49,9 @@ def requests(num_prompts: int, stretch: int = 1, group_size: int = 8) -> Rollout
     )
 
 
-def timed(layout: EngineLayout, req: RolloutRequests, repeat: int = 3) -> tuple[float, RolloutResult]:
+def timed(
+    layout: EngineLayout, req: RolloutRequests, repeat: int = 3
+) -> tuple[float, RolloutResult]:
     best, res = float("inf"), None
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -79,8 +81,10 @@ def part1() -> None:
 
 def part2() -> None:
     lay = LAYOUTS["8 x tp4pp2"]
-    print(f"\nscaling on 8 x tp4pp2 (wall s, best of 3; events = timeline segments)")
-    print(f"{'requests':>8} {'tokens':>13} {'wall s':>7} {'events':>7} | {'tokens x4':>13} {'wall s':>7} {'events':>7} {'preempt':>7}")
+    print("\nscaling on 8 x tp4pp2 (wall s, best of 3; events = timeline segments)")
+    print(
+        f"{'requests':>8} {'tokens':>13} {'wall s':>7} {'events':>7} | {'tokens x4':>13} {'wall s':>7} {'events':>7} {'preempt':>7}"
+    )
     for prompts in (128, 256, 512, 1024):
         base, long = requests(prompts), requests(prompts, stretch=4)
         w1, r1 = timed(lay, base)

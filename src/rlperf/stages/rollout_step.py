@@ -5,8 +5,10 @@ sequences advance one token each and, under chunked prefill, up to
 ``max_num_batched_tokens - b`` prompt tokens are prefilled in the same step (vLLM V1 and
 Sarathi-Serve schedule the running decodes first, then fill the token budget with prefill).
 
-Per-step time of a replica (``tp`` GPUs per stage, ``pp`` stages run one after the other for a
-step, so every term below is the sum over the stages of one GPU's work):
+Per-step time of a replica (``tp`` GPUs per stage; every term below is one GPU's work summed
+over the ``pp`` stages, i.e. the path of one micro-batch through the pipeline; with several
+micro-batches in flight the token-proportional terms divide by their number, see
+:meth:`StepModel.run`):
 
     step = max(compute, memory, launch floor) + communication
     compute = linear FLOPs / (tp · peak · matmul_eff) + attention FLOPs / (tp · peak · attention_eff)
@@ -15,7 +17,7 @@ step, so every term below is the sum over the stages of one GPU's work):
     communication = 2·L all-reduces of the step's activations over the tp group (after the
                     attention and the MLP of every layer, Megatron TP; Shoeybi et al. 2019)
                     + (pp-1) stage hand-offs (one point-to-point send of the activations)
-    launch floor = kernel_launch_s · KERNELS_PER_LAYER · L
+    launch floor = graph_kernel_launch_s · KERNELS_PER_LAYER · L
 
 The launch floor enters the max, not the sum: a step cannot finish before its kernels are
 launched, but launches overlap with the kernels of the step, and ``decode_hbm_efficiency`` is an
@@ -27,8 +29,8 @@ execution, ``cuda_graphs=False``). The floor binds only for very small models.
 The roofline ``max(compute, memory)`` is the usual decode model (Williams et al. 2009; Pope et
 al. 2022, "Efficiently Scaling Transformer Inference", §2). With the batch fixed, the total
 context ``C`` grows by ``b`` tokens per step, and both sides of the max are affine in ``C``, so
-a run of ``n`` steps has a closed form (:func:`run_time_s`) and the run is split where the max
-switches sides.
+a run of ``n`` steps has a closed form (:meth:`Run.time_s`, :func:`envelope_sum`) and the run
+is split where the max switches sides.
 
 Weights streamed per step: every matmul weight (the embedding table is only gathered, ``b``
 rows, and is not counted; the LM head is). For a mixture of experts, a layer reads only the
@@ -40,6 +42,10 @@ weights are assumed spread evenly over the replica's GPUs (tp-sharded, or ep wit
 KV bytes per GPU: the KV heads a tp rank holds (:func:`rlperf.cost.memory_params.kv_heads_per_device`,
 the same count the memory model uses: split up to ``num_kv_heads`` ways, replicated beyond;
 MLA's latent is whole on every rank).
+
+MLA (DeepSeek) attention is counted with :meth:`ModelSpec.attention_flops`, the non-absorbed
+form; engines absorb the up-projections into the latent for decode, which changes the FLOPs
+but not the KV bytes that bound a decode step.
 
 Prefill: a prompt chunk's linear FLOPs leave out the LM head except for the last position of
 each sequence (engines compute logits only for sampled positions); attention FLOPs follow

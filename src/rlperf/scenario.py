@@ -146,6 +146,11 @@ def resolve(spec: ScenarioSpec) -> Scenario:
 
 def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:
     """Read a scenario from a YAML file, a shipped example name, or a mapping."""
+    return resolve(load_scenario_spec(source))
+
+
+def load_scenario_spec(source: str | Path | Mapping[str, Any]) -> ScenarioSpec:
+    """The validated, unresolved spec of a scenario (e.g. to change the cluster before resolving)."""
     if isinstance(source, Mapping):
         data: Any = dict(source)
     else:
@@ -163,7 +168,7 @@ def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:
             raise SpecError("scenario", f"{path} is not valid YAML ({str(err).splitlines()[0]})") from None
         if not isinstance(data, dict):
             raise SpecError("scenario", f"{path} must hold a mapping")
-    return resolve(parse(ScenarioSpec, data))
+    return parse(ScenarioSpec, data)
 
 
 def list_scenarios() -> list[str]:

@@ -1,0 +1,1 @@
+"""The planner: plan space, fast estimate, search, explanation and reports."""

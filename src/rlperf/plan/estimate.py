@@ -1,0 +1,187 @@
+"""The planner's fast estimate: memoized stage costs composed in closed form per mode.
+
+Stage costs depend only on (stage, layout, number of GPUs) for a fixed workload sample, and
+the plan space reuses the same few of them many times (a pool size and a layout appear in
+hundreds of candidates). So each is computed once with the same cost models the simulator
+uses, and a candidate's step time is composed in closed form:
+
+- synchronous: ``sync + generate + max_pools(Σ forward-only) + max_pools(Σ train)`` (stages on
+  one pool serialize, different pools run in parallel, a CPU reward overlaps);
+- stage fusion: forward-only passes on a separate pool hide behind the rollout except the last
+  wave (``Σ forward / waves``); on the rollout's own pool they hide in its tail, at most the
+  tail's length;
+- asynchronous with staleness ``s`` on split pools: ``max(generate + sync, training-pool work,
+  iteration / (s + 1))`` (the work-depth bound of a pipelined loop);
+- partial rollout: the rollout is capped at the token budget per response.
+
+The simulator then checks the best candidates (rlperf.plan.search); the estimate only ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlperf.errors import SpecError
+from rlperf.plan.space import Candidate
+from rlperf.scenario import Scenario
+from rlperf.sim.costs import AnalyticCosts
+from rlperf.sim.interface import RolloutBatch
+from rlperf.specs.plan import Plan
+from rlperf.stages.base import StageCost
+
+
+@dataclass(frozen=True)
+class Estimate:
+    step_time_s: float
+    num_gpus: int
+    cost_usd_per_step: float | None
+    staleness: int
+    generate_s: float
+    forward_s: float
+    train_s: float
+    sync_s: float
+    tail_s: float
+
+
+class Estimator:
+    """Memoized component costs for one scenario (one workload sample)."""
+
+    def __init__(self, sc: Scenario) -> None:
+        self.sc = sc
+        self.sample = sc.workload.sample(0)
+        self.n_prompts = sc.workload.prompts_per_step
+        self.g = sc.workload.group_size
+        self._memo: dict[tuple[object, ...], object] = {}
+        self.evaluations = 0  # component cost evaluations (cache misses)
+        algo = sc.algorithm
+        self.rounds = 1
+        mult = 1.0
+        if algo.dynamic_sampling:
+            mult = algo.gen_batch_multiplier
+            self.rounds = min(algo.max_gen_rounds, math.ceil(1.0 / (mult * sc.spec.algorithm.keep_rate) - 1e-9))
+        elif algo.oversample > 1:
+            mult = algo.oversample
+        gen_prompts = round(mult * self.n_prompts)
+        w = sc.workload if gen_prompts == self.n_prompts else sc.workload.model_copy(update={"prompts_per_step": gen_prompts})
+        s = w.sample(0)
+        p = np.asarray(s.prompt_tokens, np.int64)
+        r = np.asarray(s.response_tokens, np.int64)
+        self.batch = RolloutBatch(np.repeat(p, r.shape[1]), r.reshape(-1), np.zeros(r.size, np.int64),
+                                  np.repeat(np.arange(len(p), dtype=np.int64), r.shape[1]))
+        kept = (np.repeat(p, r.shape[1]) + r.reshape(-1))[: self.n_prompts * self.g]
+        self.kept_tokens = kept
+        self.greedy = RolloutBatch(p[: self.n_prompts], r[: self.n_prompts, 0].copy(), np.zeros(self.n_prompts, np.int64),
+                                   np.arange(self.n_prompts, dtype=np.int64))
+
+    def _costs(self, plan: Plan) -> AnalyticCosts:
+        key = ("costs", plan.rollout, tuple(sorted((k, v) for k, v in plan.layouts.items())))
+        c = self._memo.get(key)
+        if c is None:
+            c = AnalyticCosts(self.sc.with_plan(plan))
+            self._memo[key] = c
+        return c  # type: ignore[return-value]
+
+    def _cached(self, key: tuple[object, ...], fn):  # type: ignore[no-untyped-def]
+        if key in self._memo:
+            v = self._memo[key]
+            if isinstance(v, SpecError):
+                raise v
+            return v
+        self.evaluations += 1
+        try:
+            v = fn()
+        except SpecError as err:
+            self._memo[key] = err
+            raise
+        self._memo[key] = v
+        return v
+
+    def rollout(self, plan: Plan, gpus: int, budget: int | None, greedy: bool = False) -> tuple[float, float]:
+        costs = self._costs(plan)
+        batch = self.greedy if greedy else self.batch
+
+        def run() -> tuple[float, float]:
+            o = costs.rollout(batch, gpus, budget)
+            return o.cost.time_s, o.tail_s
+
+        return self._cached(("gen", plan.rollout, gpus, budget, greedy), run)  # type: ignore[no-any-return]
+
+    def stage(self, plan: Plan, kind: str, role: str, gpus: int) -> StageCost:
+        costs = self._costs(plan)
+        lay = plan.layout_for(role)
+        if kind == "forward":
+            fn = lambda: costs.forward(role, self.kept_tokens, gpus, role)  # noqa: E731
+        elif kind == "train":
+            fn = lambda: costs.train(role, self.kept_tokens, gpus, role)  # noqa: E731
+        else:
+            fn = lambda: costs.reward(self.kept_tokens, gpus)  # noqa: E731
+        return self._cached((kind, role, lay, gpus, self.sc.models[role].name), fn)  # type: ignore[no-any-return]
+
+    def sync(self, plan: Plan, gen_gpus: int, train_gpus: int, same: bool) -> float:
+        costs = self._costs(plan)
+        return self._cached(("sync", plan.layouts["actor"], plan.rollout, gen_gpus, train_gpus, same),  # type: ignore[no-any-return]
+                            lambda: costs.weight_sync(gen_gpus, train_gpus, same).time_s)
+
+    def switch(self, plan: Plan, gpus: int, to: str) -> float:
+        costs = self._costs(plan)
+        return self._cached(("switch", plan.layouts["actor"], gpus, to),  # type: ignore[no-any-return]
+                            lambda: costs.phase_switch(gpus, to).time_s)
+
+    def estimate(self, cand: Candidate) -> Estimate:
+        """Closed-form step time of ``cand``; raises SpecError (with the reason) if infeasible."""
+        sc = self.sc
+        plan = cand.plan
+        total = sc.cluster.num_gpus
+        pools, assign = plan.placement.resolve(total)
+        size = {p.name: p.num_gpus for p in pools}
+        gen_pool = assign["generate"]
+        g_gen = size[gen_pool]
+        mode = plan.mode
+        budget = mode.token_budget if mode.kind == "partial_rollout" else None
+        updates = sc.epochs * sc.minibatches
+        stages = sc.algorithm.active_stages(updates)
+        gen_s, tail_s = self.rollout(plan, g_gen, budget)
+        gen_s *= self.rounds
+        if any(s.name == "generate_greedy" for s in stages):
+            gen_s += self.rollout(plan, g_gen, None, greedy=True)[0]
+        fwd_by_pool: dict[str, float] = {}
+        train_by_pool: dict[str, float] = {}
+        cpu_s = 0.0
+        for st in stages:
+            if st.kind == "forward" or (st.kind == "reward" and sc.spec.algorithm.reward.kind == "model"):
+                role = st.role
+                pool = assign[role]
+                t = self.stage(plan, "forward", role, size[pool]).time_s
+                fwd_by_pool[pool] = fwd_by_pool.get(pool, 0.0) + t
+            elif st.kind == "reward":
+                cpu_s += self.stage(plan, "reward", "actor", 1).time_s
+            elif st.kind == "train":
+                pool = assign[st.role]
+                train_by_pool[pool] = train_by_pool.get(pool, 0.0) + self.stage(plan, "train", st.role, size[pool]).time_s
+        same = gen_pool == assign["actor"]
+        sync_s = self.sync(plan, g_gen, size[assign["actor"]], same)
+        switch_s = 0.0
+        if same and plan.offload_between_phases:
+            switch_s = self.switch(plan, g_gen, "rollout") + self.switch(plan, g_gen, "train")
+        fwd_total = sum(fwd_by_pool.values())
+        if mode.fusion:
+            fused = 0.0
+            for pool, t in fwd_by_pool.items():
+                fused = max(fused, max(t / mode.fusion_chunks, t - tail_s) if pool == gen_pool else t / mode.fusion_chunks)
+            fwd_s = max(fused, cpu_s / mode.fusion_chunks)
+        else:
+            fwd_s = max(max(fwd_by_pool.values(), default=0.0), cpu_s)
+        train_s = max(train_by_pool.values(), default=0.0)
+        iteration = sync_s + switch_s + gen_s + fwd_s + train_s
+        s = mode.effective_staleness
+        step = iteration
+        if s > 0 and not same:
+            train_side = sync_s + sum(v for k, v in fwd_by_pool.items() if k != gen_pool) + train_s
+            gen_side = gen_s + sync_s + fwd_by_pool.get(gen_pool, 0.0)
+            step = max(gen_side, train_side, iteration / (s + 1))
+        price = sc.cluster.accelerator.price_usd_per_hour
+        cost = None if price is None else step * total * price / 3600.0
+        return Estimate(step, total, cost, s, gen_s, fwd_total, train_s, sync_s, tail_s)

@@ -1,0 +1,136 @@
+"""Explanations: what bounds a plan's step time, how far it is from the work-depth bound, and
+what-if variants with their simulated effect (guidelines a user can act on)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rlperf.errors import SpecError
+from rlperf.scenario import Scenario
+from rlperf.sim.result import SimResult
+from rlperf.specs.plan import ExecutionMode, Placement, Plan
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    kind: str  # rollout_tail | rollout | training | forward | weight_sync | pipeline_bubble | idle_pool | phase_switch
+    share: float  # fraction of the step it accounts for
+    detail: str
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    change: str
+    step_time_s: float
+    speedup: float  # baseline step time / variant step time
+    staleness: int
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Explanation:
+    bottlenecks: tuple[Bottleneck, ...]  # largest first
+    lower_bound_s: float
+    gap: float  # step time / lower bound
+    what_ifs: tuple[WhatIf, ...]  # best first
+
+    def headline(self) -> str:
+        b = self.bottlenecks[0] if self.bottlenecks else None
+        head = f"bound by {b.kind} ({100 * b.share:.0f}% of the step: {b.detail})" if b else "no dominant stage"
+        return f"{head}; {self.gap:.2f}x the work-depth lower bound"
+
+
+def bottlenecks(r: SimResult) -> tuple[Bottleneck, ...]:
+    step = r.step_time_s or 1.0
+    out: list[Bottleneck] = []
+    t = {s.name: s for s in r.stages}
+    gen = t.get("generate")
+    if gen is not None:
+        tail = min(r.rollout_tail_s, gen.time_s)
+        out.append(Bottleneck("rollout_tail", tail / step,
+                              f"the last 10% of responses take {tail:.0f} s of a {gen.time_s:.0f} s rollout"))
+        out.append(Bottleneck("rollout", (gen.time_s - tail) / step, f"bulk decode ({gen.time_s - tail:.0f} s)"))
+    train = sum(s.time_s for s in r.stages if s.name.endswith("_update"))
+    if train:
+        out.append(Bottleneck("training", train / step, f"{train:.0f} s of fwd+bwd and optimizer steps"))
+    fwd = sum(s.time_s for s in r.stages if s.name in ("old_logprob", "ref_logprob", "values", "prm_forward", "prm_ref_forward"))
+    if fwd:
+        out.append(Bottleneck("forward", fwd / step, f"{fwd:.0f} s of forward-only log-prob/value passes"))
+    if "weight_sync" in t:
+        out.append(Bottleneck("weight_sync", t["weight_sync"].time_s / step, f"{t['weight_sync'].time_s:.1f} s per step"))
+    if "phase_switch" in t:
+        out.append(Bottleneck("phase_switch", t["phase_switch"].time_s / step, "offload/onload between rollout and training"))
+    for p in r.pools:
+        if len(r.pools) > 1 and p.idle_s_per_step / step > 0.3:
+            out.append(Bottleneck("idle_pool", p.idle_s_per_step / step,
+                                  f"pool {p.name} ({p.num_gpus} GPUs) idles {p.idle_s_per_step:.0f} s per step"))
+    out.sort(key=lambda b: -b.share)
+    return tuple(out)
+
+
+def variants(sc: Scenario) -> list[tuple[str, Plan]]:
+    """Plans one step away from ``sc.plan`` that address the usual bottlenecks."""
+    plan = sc.plan
+    total = sc.cluster.num_gpus
+    node = sc.cluster.gpus_per_node
+    out: list[tuple[str, Plan]] = []
+    split = plan.placement.kind != "colocated"
+    if split:
+        if plan.mode.effective_staleness == 0:
+            out.append(("one-step off-policy (staleness 1)", plan.model_copy(update={"mode": ExecutionMode(kind="one_step_off")})))
+            out.append(("async, staleness 2", plan.model_copy(update={"mode": ExecutionMode(kind="async", staleness=2)})))
+        if plan.placement.kind == "disaggregated" and plan.placement.rollout_gpus is not None:
+            g = plan.placement.rollout_gpus
+            step = node if total > node else max(1, plan.rollout.tp)
+            for d, word in ((step, "more"), (-step, "fewer")):
+                if 0 < g + d < total:
+                    out.append((f"{word} rollout GPUs ({g + d}+{total - g - d})",
+                                plan.model_copy(update={"placement": Placement(kind="disaggregated", rollout_gpus=g + d)})))
+    else:
+        half = (total // 2 // node) * node if total > node else total // 2
+        if 0 < half < total:
+            out.append((f"disaggregate {half}+{total - half}, one-step off-policy",
+                        plan.model_copy(update={"placement": Placement(kind="disaggregated", rollout_gpus=half),
+                                                "mode": ExecutionMode(kind="one_step_off")})))
+    if not plan.mode.fusion and not (sc.algorithm.dynamic_sampling or sc.algorithm.oversample > 1) and plan.mode.kind != "partial_rollout":
+        out.append(("stage fusion (stream finished samples into the forward passes)",
+                    plan.model_copy(update={"mode": plan.mode.model_copy(update={"fusion": True})})))
+    if plan.mode.kind != "partial_rollout" and not sc.algorithm.dynamic_sampling:
+        b = max(1, sc.workload.max_response_tokens // 2)
+        out.append((f"partial rollout, budget {b} tokens/response/step",
+                    plan.model_copy(update={"mode": ExecutionMode(kind="partial_rollout", token_budget=b)})))
+    for tp in (plan.rollout.tp * 2, plan.rollout.tp // 2):
+        if 1 <= tp <= node and sc.models["actor"].num_heads % tp == 0:
+            ep = tp if plan.rollout.ep > 1 else 1
+            out.append((f"rollout tp={tp}", plan.model_copy(update={"rollout": plan.rollout.model_copy(update={"tp": tp, "ep": ep})})))
+    return out
+
+
+def explain(
+    sc: Scenario,
+    result: SimResult,
+    simulate: Callable[[Sequence[tuple[Scenario, Plan]]], list[SimResult | str]],
+) -> Explanation:
+    """Bottlenecks of ``result`` (the simulation of ``sc.plan``) and its what-if variants."""
+    vs = variants(sc)
+    sims = simulate([(sc, p) for _, p in vs])
+    whatifs = []
+    for (label, plan), r in zip(vs, sims):
+        if isinstance(r, str):
+            whatifs.append(WhatIf(label, float("inf"), 0.0, plan.mode.effective_staleness, note=f"infeasible: {r}"))
+            continue
+        whatifs.append(WhatIf(label, r.step_time_s, result.step_time_s / r.step_time_s, plan.mode.effective_staleness))
+    whatifs.sort(key=lambda w: (-w.speedup, w.change))
+    lb = result.bounds.lower_bound_s
+    return Explanation(bottlenecks(result), lb, result.step_time_s / lb if lb > 0 else float("inf"), tuple(whatifs))
+
+
+def simulate_plans(items: Sequence[tuple[Scenario, Plan]], mapper=None) -> list[SimResult | str]:  # type: ignore[no-untyped-def]
+    from rlperf.plan.search import _simulate_one, local_mapper
+
+    m = mapper or local_mapper()
+    try:
+        return m(_simulate_one, list(items))  # type: ignore[no-any-return]
+    except SpecError as err:
+        return [str(err)] * len(items)

@@ -1,0 +1,200 @@
+"""The plan space: placements x parallel layouts x engine layouts x execution modes.
+
+Enumeration is structural (divisibility); memory is checked when a candidate's stage costs are
+first computed (the cost models raise SpecError with the reason), and every rejection keeps
+its reason for ``rlperf plan --explain``.
+
+Grid (documented choices, not tuned):
+- placement: colocated; disaggregated with the rollout pool at each eighth of the cluster
+  rounded to whole nodes (or to engine sizes inside one node); hybrid (algorithms with frozen
+  models only): a separate pool of one node (or an eighth) for the frozen reference / reward
+  model, the rest split as in disaggregated;
+- rollout engine: tp in {1, 2, 4, 8} dividing the heads (ep = tp for MoE);
+- training layout: tp in {1, 2, 4, 8}, pp in {1, 2, 4} (only when one GPU cannot hold the
+  model states even fully sharded over a node), cp in {1, 2, 4, 8} Ulysses when the longest
+  sequence exceeds the token budget; ZeRO-3 (FSDP), full recompute; token budget per micro-batch
+  in {8k, 16k, 32k} tokens (at least the longest sequence / cp); ep = largest of {8, 4, 2, 1}
+  dividing the experts and dp·cp for MoE;
+- execution mode: sync, sync + stage fusion, one-step off-policy and async (staleness 2) on
+  split pools, partial rollout with a budget of 1/2 and 1/4 of the response cap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from rlperf.errors import SpecError
+from rlperf.scenario import Scenario
+from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout, check_train_layout
+from rlperf.specs.plan import ExecutionMode, Placement, Plan, Pool
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    max_staleness: int = 2  # modes whose staleness exceeds this are not considered
+    allow_partial_rollout: bool = True
+    allow_fusion: bool = True
+    top_k: int = 8  # candidates simulated after ranking by the fast estimate
+    objective: str = "time"  # time | cost | throughput_per_gpu
+
+
+@dataclass(frozen=True)
+class Candidate:
+    plan: Plan
+    label: str  # short human description
+
+    @property
+    def staleness(self) -> int:
+        return self.plan.mode.effective_staleness
+
+
+@dataclass(frozen=True)
+class Rejected:
+    label: str
+    reason: str
+
+
+def _pow2_upto(n: int) -> list[int]:
+    out, v = [], 1
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def rollout_splits(total: int, per_node: int, engine_gpus: int) -> list[int]:
+    """Rollout pool sizes for split placements: eighths of the cluster, rounded to whole nodes
+    (or to whole engines inside one node), deduplicated, each leaving GPUs for training."""
+    unit = per_node if total > per_node else engine_gpus
+    sizes = set()
+    for k in range(1, 8):
+        g = round(total * k / 8 / unit) * unit
+        if unit <= g < total:
+            sizes.add(g)
+    return sorted(sizes)
+
+
+def placements(sc: Scenario, engine_gpus: int) -> list[tuple[Placement, str]]:
+    total = sc.cluster.num_gpus
+    node = sc.cluster.gpus_per_node
+    out: list[tuple[Placement, str]] = [(Placement(kind="colocated"), "colocated")]
+    for g in rollout_splits(total, node, engine_gpus):
+        out.append((Placement(kind="disaggregated", rollout_gpus=g), f"disagg {g}+{total - g}"))
+    frozen = [r for r in sc.algorithm.frozen if r in ("ref", "reward_model")]
+    if sc.spec.algorithm.reward.kind != "model":
+        frozen = [r for r in frozen if r != "reward_model"]
+    if frozen and total >= 4 * node:
+        f = node
+        for g in rollout_splits(total - f, node, engine_gpus):
+            pools = (Pool(name="gen", num_gpus=g), Pool(name="train", num_gpus=total - f - g), Pool(name="frozen", num_gpus=f))
+            assign = {"generate": "gen", "actor": "train", "critic": "train", "prm": "train"}
+            assign.update({r: "frozen" for r in frozen})
+            out.append((Placement(kind="hybrid", pools=pools, assign=assign), f"hybrid {g}+{total - f - g}+{f}"))
+    return out
+
+
+def engine_layouts(sc: Scenario) -> list[EngineLayout]:
+    model = sc.models["actor"]
+    base = sc.plan.rollout
+    out = []
+    for tp in (1, 2, 4, 8):
+        if tp > sc.cluster.gpus_per_node:
+            continue
+        ep = tp if model.moe is not None and tp > 1 and model.moe.num_experts % tp == 0 else 1
+        lay = base.model_copy(update={"tp": tp, "pp": 1, "ep": ep, "replicas": 1})
+        try:
+            check_engine_layout(model, lay)
+        except SpecError:
+            continue
+        out.append(lay)
+    return out
+
+
+def train_layouts(sc: Scenario) -> list[TrainLayout]:
+    model = sc.models["actor"]
+    node = sc.cluster.gpus_per_node
+    max_seq = sc.workload.max_sequence_tokens
+    # Model states fully sharded over one node: if even that exceeds a GPU, add pipeline stages.
+    states_per_gpu = 16.0 * model.num_params / max(1, min(node, sc.cluster.num_gpus))
+    pps = [1, 2, 4] if states_per_gpu > 0.6 * sc.cluster.accelerator.hbm_bytes else [1]
+    out = []
+    for tp in (1, 2, 4, 8):
+        for pp in pps:
+            for cp in (1, 2, 4, 8):
+                if tp * cp > node:
+                    continue
+                for budget in (8192, 16384, 32768):
+                    if budget * cp < max_seq or (cp > 1 and budget * cp // 2 >= max_seq):
+                        continue  # too small for the longest sequence, or cp needlessly large
+                    ep = 1
+                    if model.moe is not None:
+                        ep = max(e for e in (8, 4, 2, 1) if model.moe.num_experts % e == 0 and e <= node)
+                    lay = TrainLayout(tp=tp, pp=pp, cp=cp, cp_kind="ulysses", ep=1, zero_stage=3, recompute="full",
+                                      max_tokens_per_microbatch=budget, sequence_parallel=tp > 1)
+                    try:
+                        check_train_layout(model, lay)
+                    except SpecError:
+                        continue
+                    out.append(lay.model_copy(update={"ep": ep}) if ep > 1 else lay)
+    return out
+
+
+def modes(sc: Scenario, split: bool, opts: SearchOptions) -> list[tuple[ExecutionMode, str]]:
+    out: list[tuple[ExecutionMode, str]] = [(ExecutionMode(kind="sync"), "sync")]
+    fusable = not (sc.algorithm.dynamic_sampling or sc.algorithm.oversample > 1)
+    if opts.allow_fusion and fusable:
+        out.append((ExecutionMode(kind="sync", fusion=True), "sync+fusion"))
+    if split and opts.max_staleness >= 1:
+        out.append((ExecutionMode(kind="one_step_off"), "one-step-off"))
+        if opts.max_staleness >= 2:
+            out.append((ExecutionMode(kind="async", staleness=2), "async s=2"))
+    if opts.allow_partial_rollout and opts.max_staleness >= 1 and not sc.algorithm.dynamic_sampling:
+        cap = sc.workload.max_response_tokens
+        for frac in (2, 4):
+            b = max(1, cap // frac)
+            out.append((ExecutionMode(kind="partial_rollout", token_budget=b), f"partial {b}"))
+    return out
+
+
+def enumerate_candidates(sc: Scenario, opts: SearchOptions) -> Iterator[Candidate | Rejected]:
+    base = sc.plan
+    engines = engine_layouts(sc)
+    if not engines:
+        yield Rejected("rollout engine", f"no tensor-parallel degree in 1..8 divides {sc.models['actor'].num_heads} heads")
+        return
+    layouts = train_layouts(sc)
+    if not layouts:
+        yield Rejected("training layout", "no tp/pp/cp layout fits the longest sequence and the heads")
+        return
+    for eng in engines:
+        for place, plabel in placements(sc, eng.tp * eng.pp):
+            split = place.kind != "colocated"
+            for lay in layouts:
+                for mode, mlabel in modes(sc, split, opts):
+                    plan = base.model_copy(update={
+                        "placement": place,
+                        "rollout": eng,
+                        "layouts": {"actor": lay},
+                        "mode": mode,
+                    })
+                    label = (f"{plabel} | gen tp{eng.tp} | train tp{lay.tp} pp{lay.pp} cp{lay.cp}"
+                             f" mb{lay.max_tokens_per_microbatch // 1024}k | {mlabel}")
+                    yield Candidate(plan, label)
+
+
+def framework_default_plans(sc: Scenario) -> list[Candidate]:
+    """The plans a framework would run by default on the same GPUs (verl-like colocated sync,
+    and a disaggregated sync split), with the user's layouts: the baselines the planner must
+    not lose to."""
+    total = sc.cluster.num_gpus
+    eng = sc.plan.rollout
+    out = [Candidate(sc.plan.model_copy(update={"placement": Placement(kind="colocated"), "mode": ExecutionMode()}),
+                     "framework default: colocated sync")]
+    splits = rollout_splits(total, sc.cluster.gpus_per_node, eng.tp * eng.pp)
+    if splits:
+        g = min(splits, key=lambda s: abs(s - total / 2))
+        out.append(Candidate(sc.plan.model_copy(update={"placement": Placement(kind="disaggregated", rollout_gpus=g),
+                                                        "mode": ExecutionMode()}),
+                             f"framework default: disaggregated {g}+{total - g} sync"))
+    return out

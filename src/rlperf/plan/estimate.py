@@ -113,11 +113,11 @@ class Estimator:
         costs = self._costs(plan)
         lay = plan.layout_for(role)
         if kind == "forward":
-            fn = lambda: costs.forward(role, self.kept_tokens, gpus, role)  # noqa: E731
+            fn = lambda: costs.forward(role, self.kept_tokens, gpus, role)
         elif kind == "train":
-            fn = lambda: costs.train(role, self.kept_tokens, gpus, role)  # noqa: E731
+            fn = lambda: costs.train(role, self.kept_tokens, gpus, role)
         else:
-            fn = lambda: costs.reward(self.kept_tokens, gpus)  # noqa: E731
+            fn = lambda: costs.reward(self.kept_tokens, gpus)
         return self._cached((kind, role, lay, gpus, self.sc.models[role].name), fn)  # type: ignore[no-any-return]
 
     def sync(self, plan: Plan, gen_gpus: int, train_gpus: int, same: bool) -> float:

@@ -22,6 +22,7 @@ every rank so a caller can take the max of any cost function over them.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,8 +49,15 @@ class MicroBatches:
     def max_microbatches(self) -> int:
         return max(len(r) for r in self.ranks)
 
+    def max_microbatch_tokens(self) -> int:
+        """Tokens of the largest micro-batch on any rank (what sizes the activation memory)."""
+        return max(int(mb.sum()) for r in self.ranks for mb in r)
 
-def as_lengths(seq_tokens: np.ndarray | list[int], field: str = "seq_tokens") -> np.ndarray:
+    def longest_sequence(self) -> int:
+        return max(int(mb.max()) for r in self.ranks for mb in r)
+
+
+def as_lengths(seq_tokens: np.ndarray | Sequence[int], field: str = "seq_tokens") -> np.ndarray:
     """Validate a batch of per-sequence token counts (prompt + response) at the edge."""
     arr = np.asarray(seq_tokens)
     if arr.ndim != 1 or arr.size == 0:

@@ -1,0 +1,115 @@
+"""Forward-only pass over a batch: reference / old-policy log-probs, critic values, reward scores.
+
+A teacher-forced forward over every token of every sequence (prompt + response), prefill-like
+and compute bound, on a training-engine layout (FSDP / Megatron). The batch is balanced over the
+dp ranks and cut into micro-batches (:mod:`rlperf.stages.microbatch`); each micro-batch runs
+through the pipeline stages (forward-only fill and drain, :mod:`rlperf.stages.pipeline`) with
+the per-micro-batch compute and communication of :mod:`rlperf.stages.pass_cost`. The most
+loaded dp rank sets the time.
+
+Work and depth (:mod:`rlperf.stages.base`):
+
+- ``work_s``: device-seconds of every kernel at its roofline (per-op max of compute and memory
+  time, summed over all devices that run it): no launches, no communication, no bubbles.
+- ``depth_s``: the longest sequence alone through all layers, each device of a stage doing its
+  ``1/(tp x cp)`` share at the roofline plus its kernel launches. The sequence's tokens are
+  independent in a teacher-forced pass, so more tp/cp could cut this further, down to the
+  launch floor (kernels per layer x ``kernel_launch_s`` x layers); the layout's tp x cp is
+  taken as the intra-op split so that ``time_s >= depth_s`` holds for the layout's own time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from rlperf.cost.memory import check_fits, forward_memory
+from rlperf.specs.hardware import Cluster
+from rlperf.specs.model import ModelSpec
+from rlperf.specs.parallel import TrainLayout, check_train_layout
+from rlperf.stages.base import StageCost
+from rlperf.stages.microbatch import as_lengths, microbatches_for
+from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShape, Tally, components
+from rlperf.stages.pipeline import pipeline_time
+from rlperf.stages.shard import Head
+
+
+def forward_pass(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: TrainLayout,
+    seq_tokens: np.ndarray | Sequence[int],
+    name: str = "ref_logprob",
+    *,
+    head: Head = "logprobs",
+) -> StageCost:
+    """Cost of one forward-only pass over sequences of ``seq_tokens`` tokens each.
+
+    Args:
+        model: the model run (reference policy, old policy, critic, reward model).
+        cluster: the GPUs it runs on (``layout.world_size`` of them are used).
+        layout: its layout; ``micro_batch_size`` or ``max_tokens_per_microbatch`` sets the
+            micro-batches.
+        seq_tokens: prompt + response tokens of every sequence in the batch.
+        name: the stage's name in the result.
+        head: ``"logprobs"`` (LM head + log-softmax over the vocabulary) or ``"value"`` (a
+            scalar head: critic values, reward scores).
+
+    Raises:
+        SpecError: the layout does not fit the model or the cluster, or a micro-batch does not
+            fit in device memory.
+    """
+    check_train_layout(model, layout)
+    seqs = as_lengths(seq_tokens)
+    costs = LayoutCosts(model, cluster, layout, head)
+    plan = microbatches_for(seqs, layout)
+    mem = forward_memory(model, layout, plan.max_microbatch_tokens(), seq_len=int(seqs.max()))
+    check_fits(mem, cluster.accelerator.hbm_bytes, name)
+
+    devices = layout.tp * layout.cp
+    tally = Tally()
+    rank_times: list[tuple[float, dict[str, float], float]] = []
+    for rank in plan.ranks:
+        shapes = [MicroBatchShape.of(mb) for mb in rank]
+        times = np.zeros((layout.pp, len(shapes)))
+        parts: list[list[dict[str, float]]] = []
+        for s, shard in enumerate(costs.shards):
+            row = []
+            for j, mb in enumerate(shapes):
+                fwd = costs.forward(shard, mb)
+                gather = costs.weight_gather(shard, fwd.compute_s)
+                tally.add(fwd, devices, gather.bytes_sent)
+                times[s, j] = fwd.time_s + gather.exposed_s
+                row.append({
+                    "compute": fwd.compute_s, "tp_comm": fwd.tp_s, "cp_comm": fwd.cp_s, "ep_comm": fwd.ep_s,
+                    "pp_comm": fwd.pp_s, "zero_gather": gather.exposed_s,
+                })
+            parts.append(row)
+        pipe = pipeline_time(times, layout.pp_schedule, layout.virtual_stages)
+        busy = _sum_parts(parts[pipe.busiest_stage]) if shapes else {}
+        rank_times.append((pipe.total_s, busy, pipe.bubble_s))
+
+    time_s, busy, bubble = max(rank_times, key=lambda r: r[0])
+    longest = MicroBatchShape.of(np.array([seqs.max()]))
+    depth = sum(costs.forward(shard, longest).compute_s for shard in costs.shards)
+    return StageCost(
+        name=name,
+        time_s=time_s,
+        num_gpus=layout.world_size,
+        work_s=tally.work_s,
+        depth_s=depth,
+        flops=tally.flops,
+        hbm_bytes=tally.hbm_bytes,
+        comm_bytes=tally.comm_bytes,
+        peak_memory_bytes=mem.total_bytes,
+        breakdown=components(busy, bubble),
+    )
+
+
+def _sum_parts(rows: list[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for row in rows:
+        for k, v in row.items():
+            out[k] = out.get(k, 0.0) + v
+    return out

@@ -1,0 +1,338 @@
+"""One micro-batch through one pipeline stage on one device: compute and exposed communication.
+
+Forward (per device of stage ``s``, ``t = tokens / cp`` tokens of the micro-batch):
+
+- weight matmuls: ``2 x matmul_params x t`` FLOPs; the stage's weights read once in the compute
+  dtype plus the activation traffic (:mod:`rlperf.stages.shard`); profile matmul efficiency;
+- attention: ``2 h (d_qk + d_v)`` FLOPs per causal (query, key) pair and layer, heads split by
+  tp, pairs by cp (ring attention with the zig-zag split that balances the causal mask);
+  FlashAttention IO; profile attention efficiency;
+- log-softmax over the logits on the last stage (fp32, read twice: max, then log-sum-exp;
+  :mod:`rlperf.cost.memory` keeps the logits in fp32);
+- one kernel launch per kernel of the stage (roofline's additive launch term).
+
+Backward is twice the forward (gradients w.r.t. inputs and weights, the ``3x`` of
+:meth:`ModelSpec.train_flops`); its weight traffic reads the weights once more and
+read-modify-writes the gradient accumulators in ``grad_dtype``. Full recompute replays the
+forward, selective recompute the attention core (Korthikanti et al. 2022).
+
+Communication per micro-batch, each collective timed by :mod:`rlperf.cost.collectives` on the
+group the rank order implies (tp innermost, then cp, then dp; ep carved from cp x dp; pp
+outermost, as Megatron-Core orders its process groups):
+
+- TP (Shoeybi et al. 2019, Megatron-LM §3): 2 all-reduces of the ``t x hidden`` activations per
+  layer forward, 2 backward; with sequence parallelism each becomes a reduce-scatter plus an
+  all-gather of the same size (Korthikanti et al. 2022 §4.2.2; same bytes on a ring); not
+  overlapped. Vocab-parallel log-softmax adds 2 small all-reduces (max and sum, fp32 per token).
+- CP ring (Liu et al. 2023, "Ring Attention"; Megatron-Core CP): per layer, ``cp - 1`` steps each
+  passing a K/V block of ``t`` tokens to the next rank while attending to the current block; each
+  step exposes ``max(0, send - attention_step)``. Backward passes K/V and dK/dV (twice the bytes).
+  Ulysses (Jacobs et al. 2023, DeepSpeed-Ulysses): 4 all-to-alls per layer (q, k, v in; o out),
+  the same 4 backward, not overlapped.
+- EP (Megatron-Core MoE alltoall dispatcher): per MoE layer a dispatch and a combine all-to-all of
+  the ``k`` routed copies, ``t x k x hidden`` per rank, not overlapped; same backward.
+- PP: one send of the ``t x hidden`` boundary activations per micro-batch and model chunk
+  (``/ tp`` with sequence parallelism); backward sends the gradient back.
+- ZeRO-3 / FSDP: all-gather the stage's weights (compute dtype) once per forward and once per
+  backward of every micro-batch; reduce-scatter its gradients (``grad_dtype``) after every
+  backward (FSDP without ``no_sync``, as verl's actor does). CPU-offloaded weights (ZeRO-Offload /
+  FSDP ``CPUOffload``) cross PCIe on every pass the same way. Gathers are prefetched one unit ahead,
+  so only ``max(0, gather - compute)`` plus the first unit's gather is exposed; the gradient
+  reduce-scatter overlaps the backward when ``overlap_grad_comm``, exposing its last unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from rlperf.cost.collectives import (
+    CollectiveCost,
+    CommGroup,
+    all_gather,
+    all_reduce,
+    all_to_all,
+    group_for,
+    p2p,
+    reduce_scatter,
+)
+from rlperf.cost.memory_activations import ACTIVATION_DTYPE
+from rlperf.cost.roofline import OpCost, op_time
+from rlperf.errors import SpecError
+from rlperf.specs.dtypes import bytes_per
+from rlperf.specs.hardware import Cluster
+from rlperf.specs.model import ModelSpec
+from rlperf.specs.parallel import TrainLayout
+from rlperf.stages.shard import Head, StageShard, stage_shards
+
+COMPUTE_DTYPE = ACTIVATION_DTYPE  # mixed precision: matmuls and activations in bf16
+_C = bytes_per(COMPUTE_DTYPE)
+_FP32 = bytes_per("fp32")
+LOGIT_READS = 2  # log-softmax reads the fp32 logits twice: max, then log-sum-exp
+LOGIT_FLOPS = 4  # per logit: compare, subtract, exp, add
+
+Collective = Callable[[Cluster, float, CommGroup], CollectiveCost]
+
+
+@dataclass(frozen=True)
+class MicroBatchShape:
+    """What a micro-batch's cost depends on: its tokens and its causal attention pairs."""
+
+    tokens: int  # all sequences, before the cp split
+    pairs: float  # sum over sequences of L (L + 1) / 2 (per layer and head)
+    longest: int
+
+    @classmethod
+    def of(cls, seq_tokens: np.ndarray) -> MicroBatchShape:
+        lengths = seq_tokens.astype(np.float64)
+        return cls(int(seq_tokens.sum()), float((lengths * (lengths + 1) / 2).sum()), int(seq_tokens.max()))
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """One pass (forward, or backward incl. recompute) of a micro-batch on one device of a stage."""
+
+    flops: float
+    hbm_bytes: float
+    body_s: float  # roofline time of the kernels, no launch cost (what work counts)
+    launch_s: float  # kernel launches
+    attention_s: float  # the attention part of body_s
+    tp_s: float = 0.0
+    cp_s: float = 0.0
+    ep_s: float = 0.0
+    pp_s: float = 0.0
+    comm_bytes: float = 0.0  # sent by this device
+
+    @property
+    def compute_s(self) -> float:
+        return self.body_s + self.launch_s
+
+    @property
+    def time_s(self) -> float:
+        return self.compute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s
+
+
+@dataclass(frozen=True)
+class Exposed:
+    """A communication's full time, the part not hidden behind compute, and its bytes/device."""
+
+    time_s: float
+    exposed_s: float
+    bytes_sent: float
+
+
+NOTHING = Exposed(0.0, 0.0, 0.0)
+
+
+def overlap(comm_s: float, compute_s: float, units: int, bytes_sent: float) -> Exposed:
+    """Prefetched/bucketed communication under compute: the first (or last) of ``units`` equal
+    pieces cannot overlap, the rest hides behind ``compute_s``."""
+    if comm_s <= 0:
+        return Exposed(0.0, 0.0, bytes_sent)
+    first = comm_s / max(units, 1)
+    return Exposed(comm_s, first + max(0.0, comm_s - first - compute_s), bytes_sent)
+
+
+class LayoutCosts:
+    """Cost functions of a model under a training layout on a cluster (groups resolved once)."""
+
+    def __init__(self, model: ModelSpec, cluster: Cluster, layout: TrainLayout, head: Head = "logprobs") -> None:
+        if layout.world_size > cluster.num_gpus:
+            raise SpecError(
+                "layout", f"needs {layout.world_size} GPUs (dp*tp*pp*cp), the cluster has {cluster.num_gpus}"
+            )
+        self.model, self.cluster, self.layout = model, cluster, layout
+        self.shards = stage_shards(model, layout.tp, layout.pp, layout.ep, head)
+        tp, cp, dp, ep = layout.tp, layout.cp, layout.dp, layout.ep
+        self.tp_group = group_for(cluster, tp)
+        self.cp_group = group_for(cluster, cp, tp)
+        self.ep_group = group_for(cluster, ep, tp)
+        self.shard_group = group_for(cluster, dp * cp, tp)
+        self.expert_shard_group = group_for(cluster, dp * cp // ep, tp * ep)
+        self.pp_same_node = group_for(cluster, layout.pp, tp * cp * dp).num_nodes == 1
+        self.cp_same_node = self.cp_group.num_nodes == 1
+        per_pair = 2.0 * model.num_heads * (model.q_head_dim + model.v_head_dim) / tp
+        self._attn_flops_per_pair_layer = per_pair
+
+    # ------------------------------------------------------------------ compute
+    def _tokens(self, mb: MicroBatchShape) -> float:
+        return mb.tokens / self.layout.cp
+
+    def forward(self, shard: StageShard, mb: MicroBatchShape) -> PassCost:
+        """Forward of ``mb`` on one device of ``shard``'s stage, with its communication."""
+        cl, t = self.cluster, self._tokens(mb)
+        weights = shard.params * _C
+        lin = op_time(cl, 2 * shard.matmul_params_per_token * t, weights + shard.matmul_io_per_token * t * _C,
+                      COMPUTE_DTYPE, "matmul", launch_s=0.0)
+        attn = self._attention(shard, mb)
+        logits = op_time(cl, LOGIT_FLOPS * t * shard.vocab_per_device, LOGIT_READS * t * shard.vocab_per_device * _FP32,
+                         COMPUTE_DTYPE, "elementwise", launch_s=0.0)
+        body = lin.time_s + attn.time_s + logits.time_s
+        launch = shard.kernels * cl.profile.kernel_launch_s
+        comm = self._comm(shard, mb, attn.time_s, tp_passes=1, ring_passes=1, a2a_passes=1)
+        return PassCost(
+            flops=lin.flops + attn.flops + logits.flops,
+            hbm_bytes=lin.bytes + attn.bytes + logits.bytes,
+            body_s=body, launch_s=launch, attention_s=attn.time_s, **comm,
+        )
+
+    def backward(self, shard: StageShard, mb: MicroBatchShape, fwd: PassCost) -> PassCost:
+        """Backward of ``mb`` (2x the forward's work; the layout's recompute replayed first)."""
+        cl, t, lay = self.cluster, self._tokens(mb), self.layout
+        g = bytes_per(lay.grad_dtype)
+        weights = shard.params * (_C + 2 * g)  # read weights for dgrad; accumulate weight grads
+        lin = op_time(cl, 4 * shard.matmul_params_per_token * t, weights + 2 * shard.matmul_io_per_token * t * _C,
+                      COMPUTE_DTYPE, "matmul", launch_s=0.0)
+        attn_f = self._attention(shard, mb)
+        attn = op_time(cl, 2 * attn_f.flops, 2 * attn_f.bytes, COMPUTE_DTYPE, "attention", launch_s=0.0)
+        # log-softmax backward reads the fp32 logits and writes their gradient
+        logits = op_time(cl, LOGIT_FLOPS * t * shard.vocab_per_device, 2 * t * shard.vocab_per_device * _FP32,
+                         COMPUTE_DTYPE, "elementwise", launch_s=0.0)
+        flops = lin.flops + attn.flops + logits.flops
+        hbm = lin.bytes + attn.bytes + logits.bytes
+        body = lin.time_s + attn.time_s + logits.time_s
+        launch = 2 * shard.kernels * cl.profile.kernel_launch_s
+        attention_s = attn.time_s
+        if lay.recompute == "full":
+            flops, hbm, body, launch = flops + fwd.flops, hbm + fwd.hbm_bytes, body + fwd.body_s, launch + fwd.launch_s
+            attention_s += fwd.attention_s
+        elif lay.recompute == "selective":
+            flops, hbm, body = flops + attn_f.flops, hbm + attn_f.bytes, body + attn_f.time_s
+            attention_s += attn_f.time_s
+        replay = 1 if lay.recompute == "full" else 0
+        comm = self._comm(
+            shard, mb, attention_s, tp_passes=1 + replay,
+            ring_passes=2 + (1 if lay.recompute != "none" else 0), a2a_passes=1 + replay,
+        )
+        return PassCost(flops=flops, hbm_bytes=hbm, body_s=body, launch_s=launch, attention_s=attention_s, **comm)
+
+    def _attention(self, shard: StageShard, mb: MicroBatchShape) -> OpCost:
+        t = self._tokens(mb)
+        flops = shard.num_layers * self._attn_flops_per_pair_layer * mb.pairs / self.layout.cp
+        return op_time(self.cluster, flops, shard.attention_io_per_token * t * _C, COMPUTE_DTYPE, "attention",
+                       launch_s=0.0)
+
+    # ------------------------------------------------------------------ communication
+    def _comm(
+        self, shard: StageShard, mb: MicroBatchShape, attention_s: float, *, tp_passes: int, ring_passes: int,
+        a2a_passes: int,
+    ) -> dict[str, float]:
+        lay, cl, t, d = self.layout, self.cluster, self._tokens(mb), self.model.hidden_size
+        sent = 0.0
+        tp_s = cp_s = ep_s = pp_s = 0.0
+        if lay.tp > 1:
+            act = t * d * _C
+            if lay.sequence_parallel:
+                ops = [reduce_scatter(cl, act, self.tp_group), all_gather(cl, act, self.tp_group)]
+            else:
+                ops = [all_reduce(cl, act, self.tp_group)]
+            per_layer = 2 * sum(o.time_s for o in ops) / len(ops)
+            per_layer_b = 2 * sum(o.bytes_sent_per_rank for o in ops) / len(ops)
+            tp_s += tp_passes * shard.num_layers * per_layer
+            sent += tp_passes * shard.num_layers * per_layer_b
+            if shard.vocab_per_device:
+                small = all_reduce(cl, t * _FP32, self.tp_group)
+                tp_s += 2 * small.time_s
+                sent += 2 * small.bytes_sent_per_rank
+        if lay.cp > 1 and shard.num_layers:
+            layer_attn = attention_s / shard.num_layers
+            if lay.cp_kind == "ring":
+                send = p2p(cl, t * shard.ring_kv_per_token * _C, self.cp_same_node)
+                step = (lay.cp - 1) * max(0.0, send.time_s - layer_attn / lay.cp)
+                cp_s += ring_passes * shard.num_layers * step
+                sent += ring_passes * shard.num_layers * (lay.cp - 1) * send.bytes_sent_per_rank
+            else:
+                per_layer_io = shard.attention_io_per_token / shard.num_layers
+                a2a = all_to_all(cl, t * per_layer_io / 4 * _C, self.cp_group)
+                cp_s += a2a_passes * shard.num_layers * 4 * a2a.time_s
+                sent += a2a_passes * shard.num_layers * 4 * a2a.bytes_sent_per_rank
+        if lay.ep > 1 and shard.num_moe_layers:
+            moe = self.model.moe
+            assert moe is not None
+            a2a = all_to_all(cl, t * moe.experts_per_token * d * _C, self.ep_group)
+            ep_s += a2a_passes * shard.num_moe_layers * 2 * a2a.time_s
+            sent += a2a_passes * shard.num_moe_layers * 2 * a2a.bytes_sent_per_rank
+        if lay.pp > 1:
+            boundary = t * d * _C / (lay.tp if lay.sequence_parallel else 1)
+            send = p2p(cl, boundary, self.pp_same_node)
+            pp_s += lay.virtual_stages * send.time_s
+            sent += lay.virtual_stages * send.bytes_sent_per_rank
+        return {"tp_s": tp_s, "cp_s": cp_s, "ep_s": ep_s, "pp_s": pp_s, "comm_bytes": sent}
+
+    # ------------------------------------------------------------------ ZeRO / offload
+    def resident_params(self, shard: StageShard) -> float:
+        """Parameters of ``shard`` whose states live on one device under ZeRO (any stage >= 1)."""
+        lay = self.layout
+        return shard.dense_params / lay.shard_degree + shard.expert_params / (lay.shard_degree // lay.ep)
+
+    def weight_gather(self, shard: StageShard, compute_s: float) -> Exposed:
+        """ZeRO-3 all-gather (and/or CPU-offload upload) of the stage's weights for one pass."""
+        lay, cl = self.layout, self.cluster
+        t = sent = 0.0
+        if lay.zero_stage >= 3:
+            for c in self._gathers(shard, all_gather, _C):
+                t, sent = t + c.time_s, sent + c.bytes_sent_per_rank
+        if lay.offload_params:
+            on_device = self.resident_params(shard) if lay.zero_stage >= 3 else shard.params
+            t += on_device * bytes_per(lay.param_dtype) / cl.accelerator.pcie_bandwidth_bytes_per_s
+        return overlap(t, compute_s, shard.num_layers + 1, sent)
+
+    def grad_reduce(
+        self, shard: StageShard, backward_s: float, collective: Literal["reduce_scatter", "all_reduce"]
+    ) -> Exposed:
+        """Gradient reduction of the stage over its data-parallel groups: ``"reduce_scatter"``
+        (ZeRO >= 1) or ``"all_reduce"`` (ZeRO-0), overlapped with ``backward_s`` when the layout
+        says so; offloaded gradients also cross PCIe."""
+        lay, cl = self.layout, self.cluster
+        g = bytes_per(lay.grad_dtype)
+        fn: Collective = reduce_scatter if collective == "reduce_scatter" else all_reduce
+        t = sent = 0.0
+        for c in self._gathers(shard, fn, g):
+            t, sent = t + c.time_s, sent + c.bytes_sent_per_rank
+        if lay.offload_params or lay.offload_optimizer:
+            t += self.resident_params(shard) * g / cl.accelerator.pcie_bandwidth_bytes_per_s
+        if not lay.overlap_grad_comm:
+            return Exposed(t, t, sent)
+        return overlap(t, backward_s, shard.num_layers + 1, sent)
+
+    def param_gather(self, shard: StageShard) -> Exposed:
+        """ZeRO-1/2: all-gather of the updated weights after the optimizer step (not overlapped)."""
+        t = sent = 0.0
+        for c in self._gathers(shard, all_gather, bytes_per(self.layout.param_dtype)):
+            t, sent = t + c.time_s, sent + c.bytes_sent_per_rank
+        return Exposed(t, t, sent)
+
+    def _gathers(self, shard: StageShard, fn: Collective, elem_bytes: float) -> list[CollectiveCost]:
+        groups: list[tuple[float, CommGroup]] = [(shard.dense_params, self.shard_group)]
+        if shard.expert_params:
+            groups.append((shard.expert_params, self.expert_shard_group))
+        return [fn(self.cluster, params * elem_bytes, group) for params, group in groups]
+
+
+@dataclass
+class Tally:
+    """Running totals over all devices (internal accumulator of a stage model)."""
+
+    flops: float = 0.0
+    hbm_bytes: float = 0.0
+    comm_bytes: float = 0.0
+    work_s: float = 0.0  # device-seconds at the roofline, no launches, no communication
+
+    def add(self, p: PassCost, devices: int, extra_comm_bytes: float = 0.0) -> None:
+        """``p`` ran on each of ``devices`` devices (the tp x cp ranks of a stage)."""
+        self.flops += p.flops * devices
+        self.hbm_bytes += p.hbm_bytes * devices
+        self.comm_bytes += (p.comm_bytes + extra_comm_bytes) * devices
+        self.work_s += p.body_s * devices
+
+
+def components(busy: dict[str, float], bubble_s: float) -> tuple[tuple[str, float], ...]:
+    """Breakdown in a fixed order, zero entries dropped, bubble last."""
+    order = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "zero_gather", "grad_comm",
+             "param_gather", "optimizer")
+    assert set(busy) <= set(order), busy
+    out = tuple((k, busy[k]) for k in order if busy.get(k, 0.0) > 0)
+    return out + ((("bubble", bubble_s),) if bubble_s > 0 else ())

@@ -1,0 +1,141 @@
+"""What one device of each pipeline stage holds and touches per token under a training layout.
+
+Parameter placement (which layers sit on which stage, tp/ep splits, the embedding on the first
+stage and the LM head on the last) is :mod:`rlperf.cost.memory_params`'s; this module adds
+the per-token work of a forward pass on one device of each stage:
+
+- **matmul FLOPs**: ``2 x`` the weights that multiply each token (attention projections, the
+  dense MLP or the router + shared expert + ``k`` routed experts, the LM head on the last
+  stage). Expert parallelism does not change them: an ep group of ``ep`` ranks processes its
+  ``ep x T`` tokens' ``k`` expert copies, ``k T`` per rank under balanced routing.
+- **activation traffic** of a weight matmul: its input plus its output, ``k + n`` elements per
+  token for a ``k x n`` weight; the tp-split side is divided by tp, the ``hidden_size`` side is
+  not (a column-parallel matmul reads the whole token, a row-parallel one writes it).
+  Flash attention reads q, k, v and writes o once per token. Norms, rotary embeddings and
+  residual adds are not counted (a few passes over ``hidden_size`` per token; they sit in the
+  profile's matmul efficiency).
+- **kernels** of a forward through the stage, for the launch term (an unfused Hugging Face /
+  FSDP layer: two norms, rotary, attention core, activation, two residual adds, plus one kernel
+  per weight matmul; an MoE block adds top-k, permute and unpermute around grouped GEMMs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rlperf.cost.memory_params import kv_heads_per_device, stage_params
+from rlperf.specs.model import ModelSpec
+
+Head = Literal["logprobs", "value"]  # LM head + log-softmax over the vocab, or a scalar value head
+
+NON_MATMUL_KERNELS_PER_LAYER = 7  # 2 norms, rotary, attention core, activation, 2 residual adds
+ROUTING_KERNELS = 3  # top-k, permute, unpermute
+
+
+@dataclass(frozen=True)
+class StageShard:
+    """One device of pipeline stage ``stage`` (after tp/pp/ep, before ZeRO sharding)."""
+
+    stage: int
+    num_layers: int
+    num_moe_layers: int
+    dense_params: float  # non-expert parameters (ZeRO shards them over dp*cp)
+    expert_params: float  # routed experts (ZeRO shards them over dp*cp/ep)
+    largest_unit_params: float  # biggest FSDP unit (a layer, the embedding or the LM head)
+    matmul_params_per_token: float  # weights multiplying each token on this device
+    matmul_io_per_token: float  # activation elements in + out of those matmuls
+    attention_io_per_token: float  # q, k, v, o elements per token, all layers of the stage
+    ring_kv_per_token: float  # k and v elements per token and layer (what ring attention passes)
+    vocab_per_device: float  # logits per token on this device (0 without an LM head here)
+    kernels: int  # kernels of one forward through the stage
+
+    @property
+    def params(self) -> float:
+        return self.dense_params + self.expert_params
+
+
+def _attention(model: ModelSpec, tp: int) -> tuple[float, float, float]:
+    """(matmul io, core io, ring kv) elements per token of one layer on one tp rank."""
+    d, h = model.hidden_size, model.num_heads / tp
+    m = model.mla
+    if m is None:
+        hd, kv = model.head_dim, kv_heads_per_device(model, tp)
+        proj = 3 * d + h * hd + 2 * kv * hd + (h * hd + d)  # q, k, v (column), o (row)
+        core = 2 * h * hd + 2 * kv * hd
+        return proj, core, 2 * kv * hd
+    qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+    if m.q_lora_rank is None:
+        q = d + h * qk
+    else:
+        q = (d + m.q_lora_rank) + (m.q_lora_rank + h * qk)
+    kv_a = d + m.kv_lora_rank + m.qk_rope_head_dim
+    kv_b = m.kv_lora_rank + h * (m.qk_nope_head_dim + v)
+    proj = q + kv_a + kv_b + (h * v + d)
+    core = h * (2 * qk + 2 * v)  # decompressed per-head keys and values in a teacher-forced pass
+    return proj, core, h * (qk + v)
+
+
+def _mlp(model: ModelSpec, layer: int, tp: int) -> tuple[float, float, int]:
+    """(matmul params per token, io per token, kernels) of one layer's MLP on one tp rank."""
+    d = model.hidden_size
+    moe = model.moe
+    b = model.breakdown
+    if moe is None or not model.is_moe_layer(layer):
+        w = model.intermediate_size
+        dense_layers = model.num_layers - model.num_moe_layers
+        return b.dense_mlp / dense_layers / tp, 3 * d + 3 * w / tp, 3
+    n = model.num_moe_layers
+    per_expert = b.experts / n / moe.num_experts
+    params = b.router / n + b.shared_experts / n / tp + moe.experts_per_token * per_expert / tp
+    io = d + moe.num_experts + moe.experts_per_token * (3 * d + 3 * moe.expert_intermediate_size / tp)
+    kernels = 1 + ROUTING_KERNELS + 3
+    if moe.shared_intermediate_size:
+        io += 3 * d + 3 * moe.shared_intermediate_size / tp
+        kernels += 3
+    return params, io, kernels
+
+
+def stage_shards(model: ModelSpec, tp: int, pp: int, ep: int, head: Head = "logprobs") -> tuple[StageShard, ...]:
+    """Per-device shards of all ``pp`` stages (see the module docstring)."""
+    attn_proj, attn_core, ring_kv = _attention(model, tp)
+    attn_params = model.attention_params_per_layer / tp  # norms inside attention are negligible
+    attn_kernels = 5 if model.mla is not None else 4
+    d, vocab = model.hidden_size, model.vocab_size
+    shards = []
+    for st in stage_params(model, tp, pp, ep * tp):
+        params = io = 0.0
+        kernels = 0
+        for layer in st.layers:
+            mlp_params, mlp_io, mlp_kernels = _mlp(model, layer, tp)
+            params += attn_params + mlp_params
+            io += attn_proj + mlp_io
+            kernels += NON_MATMUL_KERNELS_PER_LAYER + attn_kernels + mlp_kernels
+        vocab_here = 0.0
+        if st.stage == pp - 1:
+            if head == "logprobs":
+                vocab_here = vocab / tp
+                params += d * vocab_here
+                io += d + vocab_here
+            else:
+                params += d  # value head d -> 1
+                io += d + 1
+            kernels += 2  # final norm, head
+        n = len(st.layers)
+        shards.append(
+            StageShard(
+                stage=st.stage,
+                num_layers=n,
+                num_moe_layers=sum(1 for i in st.layers if model.is_moe_layer(i)),
+                dense_params=st.dense_params,
+                expert_params=st.expert_params,
+                largest_unit_params=st.largest_unit_params,
+                matmul_params_per_token=params,
+                matmul_io_per_token=io,
+                attention_io_per_token=n * attn_core,
+                ring_kv_per_token=ring_kv,
+                vocab_per_device=vocab_here,
+                kernels=kernels,
+            )
+        )
+    return tuple(shards)

@@ -1,0 +1,229 @@
+"""Training step: ``epochs x num_minibatches`` optimizer steps over a batch (PPO/GRPO update).
+
+Each optimizer step (one mini-batch) runs, on every dp rank, the forward and backward of its
+micro-batches through the pipeline (:mod:`rlperf.stages.pipeline`: 1F1B/GPipe bubble
+``(p-1)/(m+p-1)``, interleaved ``(p-1)/(v m+p-1)`` for uniform micro-batches), each micro-batch
+with its tp/cp/ep/pp communication and ZeRO-3 gathers (:mod:`rlperf.stages.pass_cost`). The
+most loaded dp rank sets the step. Then:
+
+- **gradient reduction** over the data-parallel groups (dense weights over ``dp x cp``, experts
+  over ``dp x cp / ep``): ZeRO-3 reduce-scatters after every micro-batch's backward (FSDP without
+  ``no_sync``, counted per micro-batch); ZeRO-1/2 reduce-scatter and ZeRO-0 all-reduces once per
+  step, after the last micro-batch (Megatron DDP / distributed optimizer). With
+  ``overlap_grad_comm`` the reduction hides behind that backward except ``max(0, comm -
+  backward)`` and its last unit (bucket = one layer); without it, all of it is exposed.
+- **parameter all-gather** after the update under ZeRO-1/2 (the distributed optimizer's
+  ``param_dtype`` gather; not overlapped).
+- **optimizer step**: fused AdamW on the device's resident shard (:func:`rlperf.cost.roofline.
+  adam_step`, memory bound); with ``offload_optimizer``, CPU Adam at the given host rate plus the
+  PCIe upload of the updated weights (the gradients' download is counted with the reduction).
+
+Per-rank communication volume of the data-parallel traffic (``Psi`` stage parameters,
+``N = dp x cp``, one micro-batch): ZeRO-3 sends ``(N-1)/N Psi b_param`` for each of the two
+weight all-gathers (forward, backward) and ``(N-1)/N Psi b_grad`` for the gradient
+reduce-scatter; ZeRO-1/2 send ``(N-1)/N Psi (b_grad + b_param)`` per step (reduce-scatter +
+all-gather, i.e. ``2 (N-1)/N Psi b`` with equal dtypes, as plain data parallelism's all-reduce);
+ZeRO-0 sends ``2 (N-1)/N Psi b_grad`` (Rajbhandari et al. 2020, "ZeRO", §7).
+
+Training matmuls run at ``min(matmul efficiency, train_mfu_cap)`` of the profile (the best
+published end-to-end training MFU on the accelerator caps what a training GEMM is credited with).
+
+Work and depth: ``work_s`` is the device-seconds of every kernel at its roofline (forward,
+backward, recompute, optimizer; no launches, communication, bubbles or host work); ``depth_s``
+is ``epochs x num_minibatches`` sequential steps, each the longest sequence's forward +
+backward through all layers (at the layout's tp x cp split, with launches, as in
+:mod:`rlperf.stages.forward`) plus the optimizer step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlperf.cost.memory import check_fits, train_memory
+from rlperf.cost.roofline import adam_step
+from rlperf.errors import SpecError
+from rlperf.specs.dtypes import bytes_per
+from rlperf.specs.hardware import Cluster
+from rlperf.specs.model import ModelSpec
+from rlperf.specs.parallel import TrainLayout, check_train_layout
+from rlperf.stages.base import StageCost
+from rlperf.stages.microbatch import MicroBatches, as_lengths, microbatches_for, split_minibatches
+from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShape, Tally, components
+from rlperf.stages.pipeline import pipeline_time
+from rlperf.stages.shard import Head, StageShard
+
+
+def training_view(cluster: Cluster) -> Cluster:
+    """``cluster`` with its matmul efficiencies capped at the profile's ``train_mfu_cap``."""
+    prof = cluster.profile
+    cap = prof.train_mfu_cap
+    capped = prof.model_copy(update={
+        "matmul_efficiency": min(prof.matmul_efficiency, cap),
+        "matmul_efficiency_by_dtype": {k: min(v, cap) for k, v in prof.matmul_efficiency_by_dtype.items()},
+    })
+    return cluster.model_copy(update={"profile": capped})
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One optimizer step: its time on the straggler, the parts of that time, and its totals."""
+
+    time_s: float
+    busy: dict[str, float]
+    bubble_s: float
+    depth_s: float
+    tally: Tally
+
+
+def train_step(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: TrainLayout,
+    seq_tokens: np.ndarray | Sequence[int],
+    num_minibatches: int = 1,
+    epochs: int = 1,
+    name: str = "actor_update",
+    *,
+    head: Head = "logprobs",
+    cpu_adam_params_per_s: float | None = None,
+) -> StageCost:
+    """Cost of updating ``model`` on a batch: ``epochs`` passes of ``num_minibatches`` steps.
+
+    Args:
+        model: the trained model (actor, or critic with ``head="value"``).
+        cluster: the GPUs (``layout.world_size`` of them are used).
+        layout: the training layout (ZeRO stage, tp/pp/cp/ep, recompute, micro-batching).
+        seq_tokens: prompt + response tokens of every sequence in the batch.
+        num_minibatches: optimizer steps per epoch (batch / mini-batch size).
+        epochs: passes over the batch (PPO epochs).
+        name: the stage's name in the result.
+        head: ``"logprobs"`` (LM head + log-softmax) or ``"value"`` (critic).
+        cpu_adam_params_per_s: host CPU Adam rate per GPU's shard (parameters/s), required with
+            ``offload_optimizer`` (a measured figure; none is assumed).
+
+    Raises:
+        SpecError: the layout does not fit the model, the cluster or device memory.
+    """
+    check_train_layout(model, layout)
+    if epochs < 1:
+        raise SpecError("epochs", f"must be >= 1, got {epochs}")
+    if layout.offload_optimizer and not cpu_adam_params_per_s:
+        raise SpecError("cpu_adam_params_per_s", "offload_optimizer needs a measured CPU Adam rate (params/s)")
+    seqs = as_lengths(seq_tokens)
+    minis = split_minibatches(seqs, num_minibatches)
+    costs = LayoutCosts(model, training_view(cluster), layout, head)
+    plans = [microbatches_for(mini, layout) for mini in minis]
+    mem = train_memory(
+        model, layout, max(p.max_microbatch_tokens() for p in plans), seq_len=int(seqs.max()),
+        num_microbatches=max(p.max_microbatches() for p in plans),
+    )
+    check_fits(mem, cluster.accelerator.hbm_bytes, name)
+
+    steps = [_step(costs, plan, cpu_adam_params_per_s) for plan in plans]
+    busy: dict[str, float] = {}
+    tally = Tally()
+    for st in steps:
+        for k, v in st.busy.items():
+            busy[k] = busy.get(k, 0.0) + epochs * v
+        tally.flops += epochs * st.tally.flops
+        tally.hbm_bytes += epochs * st.tally.hbm_bytes
+        tally.comm_bytes += epochs * st.tally.comm_bytes
+        tally.work_s += epochs * st.tally.work_s
+    return StageCost(
+        name=name,
+        time_s=epochs * sum(s.time_s for s in steps),
+        num_gpus=layout.world_size,
+        work_s=tally.work_s,
+        depth_s=epochs * sum(s.depth_s for s in steps),
+        flops=tally.flops,
+        hbm_bytes=tally.hbm_bytes,
+        comm_bytes=tally.comm_bytes,
+        peak_memory_bytes=mem.total_bytes,
+        breakdown=components(busy, epochs * sum(s.bubble_s for s in steps)),
+    )
+
+
+def _step(costs: LayoutCosts, plan: MicroBatches, cpu_adam_params_per_s: float | None) -> StepCost:
+    """One optimizer step on the mini-batch ``plan``."""
+    lay = costs.layout
+    devices = lay.tp * lay.cp
+    tally = Tally()
+    ranks = []
+    for rank in plan.ranks:
+        ranks.append(_rank_pipeline(costs, [MicroBatchShape.of(mb) for mb in rank], tally, devices))
+    total, busy, bubble, last_bwd = max(ranks, key=lambda r: r[0])
+    busy = dict(busy)
+
+    # Once per step: gradient reduction (ZeRO 0-2), parameter gather (ZeRO 1-2), optimizer.
+    sync = gather = opt = 0.0
+    for s, shard in enumerate(costs.shards):
+        if lay.zero_stage < 3:
+            red = costs.grad_reduce(shard, last_bwd[s], "all_reduce" if lay.zero_stage == 0 else "reduce_scatter")
+            sync = max(sync, red.exposed_s)
+            tally.comm_bytes += red.bytes_sent * devices * lay.dp
+        if lay.zero_stage in (1, 2):
+            pg = costs.param_gather(shard)
+            gather = max(gather, pg.exposed_s)
+            tally.comm_bytes += pg.bytes_sent * devices * lay.dp
+        opt_s, opt_work = _optimizer(costs, shard, cpu_adam_params_per_s)
+        opt = max(opt, opt_s)
+        tally.work_s += opt_work * devices * lay.dp
+    busy["grad_comm"] = busy.get("grad_comm", 0.0) + sync
+    busy["param_gather"] = gather
+    busy["optimizer"] = opt
+
+    longest = MicroBatchShape.of(np.array([plan.longest_sequence()]))
+    depth = sum(costs.forward(sh, longest).compute_s + costs.backward(sh, longest, costs.forward(sh, longest)).compute_s
+                for sh in costs.shards) + opt
+    return StepCost(total + sync + gather + opt, busy, bubble, depth, tally)
+
+
+def _rank_pipeline(
+    costs: LayoutCosts, shapes: list[MicroBatchShape], tally: Tally, devices: int
+) -> tuple[float, dict[str, float], float, list[float]]:
+    """Forward + backward of one dp rank's micro-batches through the pipeline: (time, parts of
+    the busiest stage, bubble, each stage's last backward compute time)."""
+    lay = costs.layout
+    times = np.zeros((lay.pp, len(shapes)))
+    parts: list[dict[str, float]] = []
+    last_bwd: list[float] = []
+    for s, shard in enumerate(costs.shards):
+        acc: dict[str, float] = {}
+        bwd_s = 0.0
+        for j, mb in enumerate(shapes):
+            fwd = costs.forward(shard, mb)
+            bwd = costs.backward(shard, mb, fwd)
+            gather_f = costs.weight_gather(shard, fwd.compute_s)
+            gather_b = costs.weight_gather(shard, bwd.compute_s)
+            rs = costs.grad_reduce(shard, bwd.compute_s, "reduce_scatter") if lay.zero_stage >= 3 else None
+            rs_exposed = rs.exposed_s if rs else 0.0
+            tally.add(fwd, devices, gather_f.bytes_sent)
+            tally.add(bwd, devices, gather_b.bytes_sent + (rs.bytes_sent if rs else 0.0))
+            times[s, j] = fwd.time_s + bwd.time_s + gather_f.exposed_s + gather_b.exposed_s + rs_exposed
+            for k, v in (
+                ("compute", fwd.compute_s + bwd.compute_s), ("tp_comm", fwd.tp_s + bwd.tp_s),
+                ("cp_comm", fwd.cp_s + bwd.cp_s), ("ep_comm", fwd.ep_s + bwd.ep_s), ("pp_comm", fwd.pp_s + bwd.pp_s),
+                ("zero_gather", gather_f.exposed_s + gather_b.exposed_s), ("grad_comm", rs_exposed),
+            ):
+                acc[k] = acc.get(k, 0.0) + v
+            bwd_s = bwd.compute_s
+        parts.append(acc)
+        last_bwd.append(bwd_s)
+    pipe = pipeline_time(times, lay.pp_schedule, lay.virtual_stages)
+    busy = parts[pipe.busiest_stage] if shapes else {}
+    return pipe.total_s, busy, pipe.bubble_s, last_bwd
+
+
+def _optimizer(costs: LayoutCosts, shard: StageShard, cpu_adam_params_per_s: float | None) -> tuple[float, float]:
+    """(time, device work) of the optimizer step on one device of ``shard``'s stage."""
+    lay, cl = costs.layout, costs.cluster
+    local = costs.resident_params(shard) if lay.zero_stage >= 1 else shard.params
+    if lay.offload_optimizer:
+        assert cpu_adam_params_per_s
+        upload = local * bytes_per(lay.param_dtype) / cl.accelerator.pcie_bandwidth_bytes_per_s
+        return local / cpu_adam_params_per_s + upload, 0.0
+    op = adam_step(cl, local, "fp32", lay.grad_dtype, lay.param_dtype)
+    return op.time_s, max(op.time_s - cl.profile.kernel_launch_s, 0.0)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from rlperf.catalog import load_model
 from rlperf.errors import SpecError
+from rlperf.specs.hardware_catalog import make_cluster
 from rlperf.specs.parallel import TrainLayout
+from rlperf.stages.forward import forward_pass
 from rlperf.stages.microbatch import (
     as_lengths,
     balance_over_ranks,
@@ -80,3 +83,95 @@ def test_microbatches_cover_the_minibatch(seqs: np.ndarray, dp: int, mbs: int) -
     mb = microbatches_for(seqs, TrainLayout(dp=dp, micro_batch_size=mbs))
     assert mb.rank_tokens().sum() == seqs.sum()
     assert all(b.size <= mbs for r in mb.ranks for b in r)
+
+
+# ---------------------------------------------------------------------- forward-only pass
+
+SMALL = load_model("Qwen3-0.6B")  # 28 layers, 16 heads, 8 KV heads
+DENSE = load_model("Qwen2.5-7B")
+NODE = make_cluster("h100_sxm", num_gpus=8)
+
+
+def test_flops_match_the_model() -> None:
+    seqs = np.array([300, 1200, 4000, 77, 2500])
+    cost = forward_pass(SMALL, NODE, TrainLayout(dp=2, micro_batch_size=2, zero_stage=0), seqs)
+    expected = sum(SMALL.forward_flops(int(s)) for s in seqs)
+    assert expected <= cost.flops <= expected * 1.01  # + the log-softmax's elementwise FLOPs
+    values = forward_pass(SMALL, NODE, TrainLayout(dp=2, micro_batch_size=2, zero_stage=0), seqs, head="value")
+    assert values.flops < cost.flops and values.time_s < cost.time_s
+
+
+def test_one_sequence_per_rank_without_communication_takes_its_depth() -> None:
+    cost = forward_pass(DENSE, NODE, TrainLayout(dp=8, zero_stage=0), np.full(8, 4096))
+    assert cost.time_s == pytest.approx(cost.depth_s, rel=1e-12)
+    assert cost.breakdown == (("compute", cost.time_s),)
+
+
+def test_the_straggler_rank_sets_the_time() -> None:
+    lay = TrainLayout(dp=4, zero_stage=0, max_tokens_per_microbatch=32768)
+    short = forward_pass(DENSE, NODE, lay, np.full(16, 1000))
+    skewed = forward_pass(DENSE, NODE, lay, np.array([30000] + [1000] * 15))
+    alone = forward_pass(DENSE, NODE, TrainLayout(zero_stage=0), np.array([30000]))
+    assert skewed.time_s >= alone.time_s > short.time_s
+
+
+def test_forward_pipeline_fill_and_drain() -> None:
+    p, m = 4, 6
+    cost = forward_pass(SMALL, NODE, TrainLayout(pp=p, zero_stage=0, micro_batch_size=1), np.full(m, 4096),
+                        head="value")
+    pipe = sum(cost.component(k) for k in ("compute", "pp_comm", "bubble"))
+    assert cost.component("bubble") / pipe == pytest.approx((p - 1) / (m + p - 1), rel=2e-3)
+
+
+def test_zero3_gathers_the_weights_once_per_microbatch() -> None:
+    n, m = 8, 3
+    lay = TrainLayout(dp=n, zero_stage=3, micro_batch_size=1)
+    cost = forward_pass(SMALL, NODE, lay, np.full(n * m, 1024))
+    assert cost.comm_bytes / n == pytest.approx(m * (n - 1) / n * SMALL.num_params * 2, rel=1e-9)
+    assert 0 < cost.component("zero_gather") < cost.component("compute")
+
+
+def test_tensor_and_context_parallel_communication() -> None:
+    seqs = np.full(4, 32768)
+    tp = forward_pass(DENSE, NODE, TrainLayout(tp=4, dp=2, zero_stage=0), seqs)
+    assert tp.component("tp_comm") > 0
+    ring = forward_pass(DENSE, NODE, TrainLayout(cp=4, dp=2, zero_stage=0), seqs)
+    ulysses = forward_pass(DENSE, NODE, TrainLayout(cp=4, dp=2, zero_stage=0, cp_kind="ulysses"), seqs)
+    # 32k-token sequences: each ring step's attention hides the K/V send.
+    assert ring.component("cp_comm") == 0
+    assert ulysses.component("cp_comm") > 0
+    assert ring.comm_bytes > 0
+
+
+def test_memory_overflow_names_the_stage() -> None:
+    with pytest.raises(SpecError, match="ref_logprob"):
+        forward_pass(DENSE, NODE, TrainLayout(zero_stage=0, micro_batch_size=64), np.full(64, 32768))
+
+
+def test_layout_larger_than_cluster_is_an_error() -> None:
+    with pytest.raises(SpecError, match="layout"):
+        forward_pass(SMALL, NODE, TrainLayout(dp=16), np.full(16, 100))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4, 7]),
+    st.sampled_from([1, 2]), st.sampled_from(["ring", "ulysses"]), st.sampled_from([0, 3]),
+    st.booleans(), st.sampled_from([None, 1024, 8192]), st.integers(1, 4),
+    st.lists(st.integers(16, 8000), min_size=1, max_size=24),
+)
+def test_time_is_at_least_the_work_depth_bound(
+    dp: int, tp: int, pp: int, cp: int, cp_kind: str, zero: int, sp: bool, budget: int | None, mbs: int,
+    seqs: list[int],
+) -> None:
+    try:
+        lay = TrainLayout(dp=dp, tp=tp, pp=pp, cp=cp, cp_kind=cp_kind, zero_stage=zero, sequence_parallel=sp,
+                          max_tokens_per_microbatch=budget, micro_batch_size=mbs)
+        gpus = lay.world_size
+        cluster = make_cluster("h100_sxm", num_gpus=gpus if gpus <= 8 else -(-gpus // 8) * 8)
+        cost = forward_pass(SMALL, cluster, lay, np.array(seqs))
+    except SpecError:
+        assume(False)
+        return
+    assert cost.time_s >= cost.lower_bound_s() * (1 - 1e-9)
+    assert cost.time_s == pytest.approx(sum(v for _, v in cost.breakdown), rel=1e-9)

@@ -124,7 +124,24 @@ class Exposed:
     bytes_sent: float
 
 
-NOTHING = Exposed(0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class CommUnit:
+    """(time, bytes sent) of one pass's communication per kind, for one device; ``ring`` is one
+    ring-attention step of one layer (its exposure depends on the attention time)."""
+
+    tp: tuple[float, float]  # the layers' activations
+    tp_head: tuple[float, float]  # vocab-parallel log-softmax, forward only
+    ring: tuple[float, float]
+    a2a: tuple[float, float]  # Ulysses
+    ep: tuple[float, float]
+    pp: tuple[float, float]
+
+
+def _total(ops: list[CollectiveCost], times: float) -> tuple[float, float]:
+    """(time, bytes) of running ``ops`` in sequence, ``times`` times."""
+    return times * sum(o.time_s for o in ops), times * sum(o.bytes_sent_per_rank for o in ops)
 
 
 def overlap(comm_s: float, compute_s: float, units: int, bytes_sent: float) -> Exposed:
@@ -156,6 +173,9 @@ class LayoutCosts:
         self.cp_same_node = self.cp_group.num_nodes == 1
         per_pair = 2.0 * model.num_heads * (model.q_head_dim + model.v_head_dim) / tp
         self._attn_flops_per_pair_layer = per_pair
+        self._units: dict[tuple[int, float], CommUnit] = {}
+        self._attn: dict[tuple[int, int, float], OpCost] = {}
+        self._dp_comm: dict[tuple[int, str], tuple[float, float]] = {}
 
     # ------------------------------------------------------------------ compute
     def _tokens(self, mb: MicroBatchShape) -> float:
@@ -172,7 +192,7 @@ class LayoutCosts:
                          COMPUTE_DTYPE, "elementwise", launch_s=0.0)
         body = lin.time_s + attn.time_s + logits.time_s
         launch = shard.kernels * cl.profile.kernel_launch_s
-        comm = self._comm(shard, mb, attn.time_s, tp_passes=1, ring_passes=1, a2a_passes=1)
+        comm = self._comm(shard, mb, attn.time_s, forward=True, tp_passes=1, ring_passes=1, a2a_passes=1)
         return PassCost(
             flops=lin.flops + attn.flops + logits.flops,
             hbm_bytes=lin.bytes + attn.bytes + logits.bytes,
@@ -204,63 +224,80 @@ class LayoutCosts:
             attention_s += attn_f.time_s
         replay = 1 if lay.recompute == "full" else 0
         comm = self._comm(
-            shard, mb, attention_s, tp_passes=1 + replay,
+            shard, mb, attention_s, forward=False, tp_passes=1 + replay,
             ring_passes=2 + (1 if lay.recompute != "none" else 0), a2a_passes=1 + replay,
         )
         return PassCost(flops=flops, hbm_bytes=hbm, body_s=body, launch_s=launch, attention_s=attention_s, **comm)
 
     def _attention(self, shard: StageShard, mb: MicroBatchShape) -> OpCost:
-        t = self._tokens(mb)
-        flops = shard.num_layers * self._attn_flops_per_pair_layer * mb.pairs / self.layout.cp
-        return op_time(self.cluster, flops, shard.attention_io_per_token * t * _C, COMPUTE_DTYPE, "attention",
-                       launch_s=0.0)
+        """The stage's attention kernels for ``mb`` (cached: forward and backward both use it)."""
+        key = (shard.stage, mb.tokens, mb.pairs)
+        hit = self._attn.get(key)
+        if hit is None:
+            t = self._tokens(mb)
+            flops = shard.num_layers * self._attn_flops_per_pair_layer * mb.pairs / self.layout.cp
+            hit = op_time(self.cluster, flops, shard.attention_io_per_token * t * _C, COMPUTE_DTYPE, "attention",
+                          launch_s=0.0)
+            self._attn[key] = hit
+        return hit
 
     # ------------------------------------------------------------------ communication
-    def _comm(
-        self, shard: StageShard, mb: MicroBatchShape, attention_s: float, *, tp_passes: int, ring_passes: int,
-        a2a_passes: int,
-    ) -> dict[str, float]:
-        lay, cl, t, d = self.layout, self.cluster, self._tokens(mb), self.model.hidden_size
-        sent = 0.0
-        tp_s = cp_s = ep_s = pp_s = 0.0
+    def _unit(self, shard: StageShard, t: float) -> CommUnit:
+        """Per-pass communication of ``t`` tokens per device on ``shard``'s stage (cached: it
+        depends on nothing else, and forward and backward share it)."""
+        key = (shard.stage, t)
+        hit = self._units.get(key)
+        if hit is not None:
+            return hit
+        lay, cl, d = self.layout, self.cluster, self.model.hidden_size
+        tp = head = ring = a2a = ep = pp = (0.0, 0.0)
         if lay.tp > 1:
             act = t * d * _C
             if lay.sequence_parallel:
                 ops = [reduce_scatter(cl, act, self.tp_group), all_gather(cl, act, self.tp_group)]
             else:
-                ops = [all_reduce(cl, act, self.tp_group)]
-            per_layer = 2 * sum(o.time_s for o in ops) / len(ops)
-            per_layer_b = 2 * sum(o.bytes_sent_per_rank for o in ops) / len(ops)
-            tp_s += tp_passes * shard.num_layers * per_layer
-            sent += tp_passes * shard.num_layers * per_layer_b
-            if shard.vocab_per_device:
-                small = all_reduce(cl, t * _FP32, self.tp_group)
-                tp_s += 2 * small.time_s
-                sent += 2 * small.bytes_sent_per_rank
+                ops = [all_reduce(cl, act, self.tp_group)] * 2
+            tp = _total(ops, shard.num_layers)  # two per layer
+            if shard.vocab_per_device:  # vocab-parallel log-softmax: max and sum, fp32 per token
+                head = _total([all_reduce(cl, t * _FP32, self.tp_group)], 2)
         if lay.cp > 1 and shard.num_layers:
-            layer_attn = attention_s / shard.num_layers
             if lay.cp_kind == "ring":
                 send = p2p(cl, t * shard.ring_kv_per_token * _C, self.cp_same_node)
-                step = (lay.cp - 1) * max(0.0, send.time_s - layer_attn / lay.cp)
-                cp_s += ring_passes * shard.num_layers * step
-                sent += ring_passes * shard.num_layers * (lay.cp - 1) * send.bytes_sent_per_rank
+                ring = (send.time_s, send.bytes_sent_per_rank)
             else:
                 per_layer_io = shard.attention_io_per_token / shard.num_layers
-                a2a = all_to_all(cl, t * per_layer_io / 4 * _C, self.cp_group)
-                cp_s += a2a_passes * shard.num_layers * 4 * a2a.time_s
-                sent += a2a_passes * shard.num_layers * 4 * a2a.bytes_sent_per_rank
+                a2a = _total([all_to_all(cl, t * per_layer_io / 4 * _C, self.cp_group)], 4 * shard.num_layers)
         if lay.ep > 1 and shard.num_moe_layers:
             moe = self.model.moe
             assert moe is not None
-            a2a = all_to_all(cl, t * moe.experts_per_token * d * _C, self.ep_group)
-            ep_s += a2a_passes * shard.num_moe_layers * 2 * a2a.time_s
-            sent += a2a_passes * shard.num_moe_layers * 2 * a2a.bytes_sent_per_rank
+            ep = _total([all_to_all(cl, t * moe.experts_per_token * d * _C, self.ep_group)], 2 * shard.num_moe_layers)
         if lay.pp > 1:
             boundary = t * d * _C / (lay.tp if lay.sequence_parallel else 1)
-            send = p2p(cl, boundary, self.pp_same_node)
-            pp_s += lay.virtual_stages * send.time_s
-            sent += lay.virtual_stages * send.bytes_sent_per_rank
-        return {"tp_s": tp_s, "cp_s": cp_s, "ep_s": ep_s, "pp_s": pp_s, "comm_bytes": sent}
+            pp = _total([p2p(cl, boundary, self.pp_same_node)], lay.virtual_stages)
+        unit = CommUnit(tp, head, ring, a2a, ep, pp)
+        self._units[key] = unit
+        return unit
+
+    def _comm(
+        self, shard: StageShard, mb: MicroBatchShape, attention_s: float, *, forward: bool, tp_passes: int,
+        ring_passes: int, a2a_passes: int,
+    ) -> dict[str, float]:
+        u, lay, n = self._unit(shard, self._tokens(mb)), self.layout, shard.num_layers
+        cp_s = cp_b = 0.0
+        if lay.cp > 1 and n:
+            if lay.cp_kind == "ring":
+                # each of the cp - 1 steps hides its send behind one block of attention
+                step = max(0.0, u.ring[0] - attention_s / n / lay.cp)
+                cp_s = ring_passes * n * (lay.cp - 1) * step
+                cp_b = ring_passes * n * (lay.cp - 1) * u.ring[1]
+            else:
+                cp_s, cp_b = a2a_passes * u.a2a[0], a2a_passes * u.a2a[1]
+        head = 1 if forward else 0
+        sent = tp_passes * u.tp[1] + head * u.tp_head[1] + cp_b + a2a_passes * u.ep[1] + u.pp[1]
+        return {
+            "tp_s": tp_passes * u.tp[0] + head * u.tp_head[0], "cp_s": cp_s, "ep_s": a2a_passes * u.ep[0], "pp_s": u.pp[0],
+            "comm_bytes": sent,
+        }
 
     # ------------------------------------------------------------------ ZeRO / offload
     def resident_params(self, shard: StageShard) -> float:
@@ -270,14 +307,7 @@ class LayoutCosts:
 
     def weight_gather(self, shard: StageShard, compute_s: float) -> Exposed:
         """ZeRO-3 all-gather (and/or CPU-offload upload) of the stage's weights for one pass."""
-        lay, cl = self.layout, self.cluster
-        t = sent = 0.0
-        if lay.zero_stage >= 3:
-            for c in self._gathers(shard, all_gather, _C):
-                t, sent = t + c.time_s, sent + c.bytes_sent_per_rank
-        if lay.offload_params:
-            on_device = self.resident_params(shard) if lay.zero_stage >= 3 else shard.params
-            t += on_device * bytes_per(lay.param_dtype) / cl.accelerator.pcie_bandwidth_bytes_per_s
+        t, sent = self._dp_traffic(shard, "weight_gather")
         return overlap(t, compute_s, shard.num_layers + 1, sent)
 
     def grad_reduce(
@@ -286,31 +316,48 @@ class LayoutCosts:
         """Gradient reduction of the stage over its data-parallel groups: ``"reduce_scatter"``
         (ZeRO >= 1) or ``"all_reduce"`` (ZeRO-0), overlapped with ``backward_s`` when the layout
         says so; offloaded gradients also cross PCIe."""
-        lay, cl = self.layout, self.cluster
-        g = bytes_per(lay.grad_dtype)
-        fn: Collective = reduce_scatter if collective == "reduce_scatter" else all_reduce
-        t = sent = 0.0
-        for c in self._gathers(shard, fn, g):
-            t, sent = t + c.time_s, sent + c.bytes_sent_per_rank
-        if lay.offload_params or lay.offload_optimizer:
-            t += self.resident_params(shard) * g / cl.accelerator.pcie_bandwidth_bytes_per_s
-        if not lay.overlap_grad_comm:
+        t, sent = self._dp_traffic(shard, collective)
+        if not self.layout.overlap_grad_comm:
             return Exposed(t, t, sent)
         return overlap(t, backward_s, shard.num_layers + 1, sent)
 
     def param_gather(self, shard: StageShard) -> Exposed:
         """ZeRO-1/2: all-gather of the updated weights after the optimizer step (not overlapped)."""
-        t = sent = 0.0
-        for c in self._gathers(shard, all_gather, bytes_per(self.layout.param_dtype)):
-            t, sent = t + c.time_s, sent + c.bytes_sent_per_rank
+        t, sent = self._dp_traffic(shard, "param_gather")
         return Exposed(t, t, sent)
+
+    def _dp_traffic(self, shard: StageShard, kind: str) -> tuple[float, float]:
+        """(time, bytes sent per device) of one data-parallel transfer of the stage (cached)."""
+        key = (shard.stage, kind)
+        hit = self._dp_comm.get(key)
+        if hit is not None:
+            return hit
+        lay, pcie = self.layout, self.cluster.accelerator.pcie_bandwidth_bytes_per_s
+        g = bytes_per(lay.grad_dtype)
+        t = sent = 0.0
+        ops: list[CollectiveCost] = []
+        if kind == "weight_gather":
+            if lay.zero_stage >= 3:
+                ops = self._gathers(shard, all_gather, _C)
+            if lay.offload_params:
+                on_device = self.resident_params(shard) if lay.zero_stage >= 3 else shard.params
+                t += on_device * bytes_per(lay.param_dtype) / pcie
+        elif kind == "param_gather":
+            ops = self._gathers(shard, all_gather, bytes_per(lay.param_dtype))
+        else:
+            ops = self._gathers(shard, reduce_scatter if kind == "reduce_scatter" else all_reduce, g)
+            if lay.offload_params or lay.offload_optimizer:
+                t += self.resident_params(shard) * g / pcie
+        t += sum(c.time_s for c in ops)
+        sent += sum(c.bytes_sent_per_rank for c in ops)
+        self._dp_comm[key] = (t, sent)
+        return t, sent
 
     def _gathers(self, shard: StageShard, fn: Collective, elem_bytes: float) -> list[CollectiveCost]:
         groups: list[tuple[float, CommGroup]] = [(shard.dense_params, self.shard_group)]
         if shard.expert_params:
             groups.append((shard.expert_params, self.expert_shard_group))
         return [fn(self.cluster, params * elem_bytes, group) for params, group in groups]
-
 
 @dataclass
 class Tally:

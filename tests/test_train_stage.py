@@ -7,12 +7,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from rlperf.catalog import load_model
+from rlperf.catalog import load_config, load_model
 from rlperf.cost.collectives import all_reduce, group_for
 from rlperf.cost.memory import train_memory
 from rlperf.errors import SpecError
 from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware_catalog import make_cluster
+from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import TrainLayout
 from rlperf.stages.pipeline import pipeline_time
 from rlperf.stages.train import train_step, training_view
@@ -211,3 +212,33 @@ def test_time_is_at_least_the_work_depth_bound(d: dict, seqs: list[int], minibat
         return
     assert cost.time_s >= cost.lower_bound_s() * (1 - 1e-9)
     assert cost.time_s == pytest.approx(sum(v for _, v in cost.breakdown), rel=1e-9)
+
+
+def _shrunk(name: str, **overrides: object) -> ModelSpec:
+    return ModelSpec.from_hf_config({**load_config(name), **overrides}, f"small-{name}")
+
+
+SMALL_MOE = _shrunk("Qwen3-30B-A3B", num_hidden_layers=8, num_experts=32)
+SMALL_MLA = _shrunk("DeepSeek-R1", num_hidden_layers=6, first_k_dense_replace=1, n_routed_experts=32,
+                    hidden_size=2048, num_attention_heads=32, num_key_value_heads=32)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from([SMALL_MOE, SMALL_MLA]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]),
+    st.sampled_from([1, 2]), st.sampled_from([1, 2, 4, 8]), st.sampled_from([0, 1, 3]),
+    st.sampled_from(["none", "full"]), st.lists(st.integers(16, 4000), min_size=1, max_size=16),
+)
+def test_moe_and_mla_time_is_at_least_the_bound(
+    model: ModelSpec, dp: int, tp: int, pp: int, ep: int, zero: int, recompute: str, seqs: list[int]
+) -> None:
+    try:
+        lay = TrainLayout(dp=dp, tp=tp, pp=pp, ep=ep, zero_stage=zero, recompute=recompute, micro_batch_size=2)
+        gpus = lay.world_size
+        cluster = make_cluster("h100_sxm", num_gpus=gpus if gpus <= 8 else -(-gpus // 8) * 8)
+        cost = train_step(model, cluster, lay, np.array(seqs))
+    except ValueError:  # SpecError, or the layout's own validation (ep must divide dp*cp)
+        assume(False)
+        return
+    assert cost.time_s >= cost.lower_bound_s() * (1 - 1e-9)
+    assert (cost.component("ep_comm") > 0) == (ep > 1)

@@ -7,8 +7,9 @@ Forward (per device of stage ``s``, ``t = tokens / cp`` tokens of the micro-batc
 - attention: ``2 h (d_qk + d_v)`` FLOPs per causal (query, key) pair and layer, heads split by
   tp, pairs by cp (ring attention with the zig-zag split that balances the causal mask);
   FlashAttention IO; profile attention efficiency;
-- log-softmax over the logits on the last stage (fp32, read twice: max, then log-sum-exp;
-  :mod:`rlperf.cost.memory` keeps the logits in fp32);
+- memory-bound elementwise kernels: the layers' norms, residual adds, rotary and activation
+  (:mod:`rlperf.stages.shard`) and, on the last stage, the log-softmax over the logits (cast
+  to fp32 once, as :mod:`rlperf.cost.memory` keeps them, then read twice: max, log-sum-exp);
 - one kernel launch per kernel of the stage (roofline's additive launch term).
 
 Backward is twice the forward (gradients w.r.t. inputs and weights, the ``3x`` of
@@ -71,7 +72,8 @@ from rlperf.stages.shard import Head, StageShard, stage_shards
 COMPUTE_DTYPE = ACTIVATION_DTYPE  # mixed precision: matmuls and activations in bf16
 _C = bytes_per(COMPUTE_DTYPE)
 _FP32 = bytes_per("fp32")
-LOGIT_READS = 2  # log-softmax reads the fp32 logits twice: max, then log-sum-exp
+LOGIT_PASSES_FORWARD = 3  # the fp32 logits are written once (cast) and read twice (max, log-sum-exp)
+LOGIT_PASSES_BACKWARD = 2  # read the logits, write their gradient
 LOGIT_FLOPS = 4  # per logit: compare, subtract, exp, add
 
 Collective = Callable[[Cluster, float, CommGroup], CollectiveCost]
@@ -162,7 +164,7 @@ class LayoutCosts:
                 "layout", f"needs {layout.world_size} GPUs (dp*tp*pp*cp), the cluster has {cluster.num_gpus}"
             )
         self.model, self.cluster, self.layout = model, cluster, layout
-        self.shards = stage_shards(model, layout.tp, layout.pp, layout.ep, head)
+        self.shards = stage_shards(model, layout.tp, layout.pp, layout.ep, head, layout.sequence_parallel)
         tp, cp, dp, ep = layout.tp, layout.cp, layout.dp, layout.ep
         self.tp_group = group_for(cluster, tp)
         self.cp_group = group_for(cluster, cp, tp)
@@ -188,8 +190,7 @@ class LayoutCosts:
         lin = op_time(cl, 2 * shard.matmul_params_per_token * t, weights + shard.matmul_io_per_token * t * _C,
                       COMPUTE_DTYPE, "matmul", launch_s=0.0)
         attn = self._attention(shard, mb)
-        logits = op_time(cl, LOGIT_FLOPS * t * shard.vocab_per_device, LOGIT_READS * t * shard.vocab_per_device * _FP32,
-                         COMPUTE_DTYPE, "elementwise", launch_s=0.0)
+        logits = self._elementwise(shard, t, LOGIT_PASSES_FORWARD, 1)
         body = lin.time_s + attn.time_s + logits.time_s
         launch = shard.kernels * cl.profile.kernel_launch_s
         comm = self._comm(shard, mb, attn.time_s, forward=True, tp_passes=1, ring_passes=1, a2a_passes=1)
@@ -209,8 +210,7 @@ class LayoutCosts:
         attn_f = self._attention(shard, mb)
         attn = op_time(cl, 2 * attn_f.flops, 2 * attn_f.bytes, COMPUTE_DTYPE, "attention", launch_s=0.0)
         # log-softmax backward reads the fp32 logits and writes their gradient
-        logits = op_time(cl, LOGIT_FLOPS * t * shard.vocab_per_device, 2 * t * shard.vocab_per_device * _FP32,
-                         COMPUTE_DTYPE, "elementwise", launch_s=0.0)
+        logits = self._elementwise(shard, t, LOGIT_PASSES_BACKWARD, 2)
         flops = lin.flops + attn.flops + logits.flops
         hbm = lin.bytes + attn.bytes + logits.bytes
         body = lin.time_s + attn.time_s + logits.time_s
@@ -228,6 +228,13 @@ class LayoutCosts:
             ring_passes=2 + (1 if lay.recompute != "none" else 0), a2a_passes=1 + replay,
         )
         return PassCost(flops=flops, hbm_bytes=hbm, body_s=body, launch_s=launch, attention_s=attention_s, **comm)
+
+    def _elementwise(self, shard: StageShard, t: float, logit_passes: int, layer_factor: int) -> OpCost:
+        """Memory-bound kernels: the layers' norms, residual adds, rotary and activation
+        (``layer_factor`` x their forward traffic) and ``logit_passes`` over the fp32 logits."""
+        logits = t * shard.vocab_per_device
+        num_bytes = logit_passes * logits * _FP32 + layer_factor * shard.elementwise_io_per_token * t * _C
+        return op_time(self.cluster, LOGIT_FLOPS * logits, num_bytes, COMPUTE_DTYPE, "elementwise", launch_s=0.0)
 
     def _attention(self, shard: StageShard, mb: MicroBatchShape) -> OpCost:
         """The stage's attention kernels for ``mb`` (cached: forward and backward both use it)."""

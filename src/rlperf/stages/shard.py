@@ -11,9 +11,12 @@ the per-token work of a forward pass on one device of each stage:
 - **activation traffic** of a weight matmul: its input plus its output, ``k + n`` elements per
   token for a ``k x n`` weight; the tp-split side is divided by tp, the ``hidden_size`` side is
   not (a column-parallel matmul reads the whole token, a row-parallel one writes it).
-  Flash attention reads q, k, v and writes o once per token. Norms, rotary embeddings and
-  residual adds are not counted (a few passes over ``hidden_size`` per token; they sit in the
-  profile's matmul efficiency).
+  Flash attention reads q, k, v and writes o once per token.
+- **elementwise traffic** (memory bound, unfused eager kernels): two RMSNorms (read and write
+  ``d``), two residual adds (read ``2d``, write ``d``), rotary embedding on q and k (read and
+  write the rotated part), QK-norm where present (read and write q and k), the SwiGLU product
+  (read gate and up, write their product: ``3 w``). Under sequence parallelism the ``d``-wide
+  ones run on ``1/tp`` of the tokens.
 - **kernels** of a forward through the stage, for the launch term (an unfused Hugging Face /
   FSDP layer: two norms, rotary, attention core, activation, two residual adds, plus one kernel
   per weight matmul; an MoE block adds top-k, permute and unpermute around grouped GEMMs).
@@ -46,6 +49,7 @@ class StageShard:
     matmul_params_per_token: float  # weights multiplying each token on this device
     matmul_io_per_token: float  # activation elements in + out of those matmuls
     attention_io_per_token: float  # q, k, v, o elements per token, all layers of the stage
+    elementwise_io_per_token: float  # norms, residual adds, rotary, activation: all layers
     ring_kv_per_token: float  # k and v elements per token and layer (what ring attention passes)
     vocab_per_device: float  # logits per token on this device (0 without an LM head here)
     kernels: int  # kernels of one forward through the stage
@@ -76,6 +80,24 @@ def _attention(model: ModelSpec, tp: int) -> tuple[float, float, float]:
     return proj, core, h * (qk + v)
 
 
+def _elementwise(model: ModelSpec, layer: int, tp: int, sequence_parallel: bool) -> float:
+    """Elements read + written per token by one layer's elementwise kernels on one tp rank."""
+    d, h = model.hidden_size, model.num_heads / tp
+    wide = (4 * d + 6 * d) / (tp if sequence_parallel else 1)  # 2 norms, 2 residual adds
+    if model.mla is not None:
+        rope = model.mla.qk_rope_head_dim
+        qk = 2 * (h * rope + rope)  # q's rope part per head, the shared rope key
+    else:
+        kv = kv_heads_per_device(model, tp)
+        qk = 2 * (h + kv) * model.head_dim * (2 if model.qk_norm else 1)
+    moe = model.moe
+    if moe is None or not model.is_moe_layer(layer):
+        act = 3 * model.intermediate_size / tp
+    else:
+        act = 3 * (moe.experts_per_token * moe.expert_intermediate_size + moe.shared_intermediate_size) / tp
+    return wide + qk + act
+
+
 def _mlp(model: ModelSpec, layer: int, tp: int) -> tuple[float, float, int]:
     """(matmul params per token, io per token, kernels) of one layer's MLP on one tp rank."""
     d = model.hidden_size
@@ -96,7 +118,9 @@ def _mlp(model: ModelSpec, layer: int, tp: int) -> tuple[float, float, int]:
     return params, io, kernels
 
 
-def stage_shards(model: ModelSpec, tp: int, pp: int, ep: int, head: Head = "logprobs") -> tuple[StageShard, ...]:
+def stage_shards(
+    model: ModelSpec, tp: int, pp: int, ep: int, head: Head = "logprobs", sequence_parallel: bool = True
+) -> tuple[StageShard, ...]:
     """Per-device shards of all ``pp`` stages (see the module docstring)."""
     attn_proj, attn_core, ring_kv = _attention(model, tp)
     attn_params = model.attention_params_per_layer / tp  # norms inside attention are negligible
@@ -104,12 +128,13 @@ def stage_shards(model: ModelSpec, tp: int, pp: int, ep: int, head: Head = "logp
     d, vocab = model.hidden_size, model.vocab_size
     shards = []
     for st in stage_params(model, tp, pp, ep * tp):
-        params = io = 0.0
+        params = io = elementwise = 0.0
         kernels = 0
         for layer in st.layers:
             mlp_params, mlp_io, mlp_kernels = _mlp(model, layer, tp)
             params += attn_params + mlp_params
             io += attn_proj + mlp_io
+            elementwise += _elementwise(model, layer, tp, sequence_parallel)
             kernels += NON_MATMUL_KERNELS_PER_LAYER + attn_kernels + mlp_kernels
         vocab_here = 0.0
         if st.stage == pp - 1:
@@ -133,6 +158,7 @@ def stage_shards(model: ModelSpec, tp: int, pp: int, ep: int, head: Head = "logp
                 matmul_params_per_token=params,
                 matmul_io_per_token=io,
                 attention_io_per_token=n * attn_core,
+                elementwise_io_per_token=elementwise,
                 ring_kv_per_token=ring_kv,
                 vocab_per_device=vocab_here,
                 kernels=kernels,

@@ -12,6 +12,7 @@ from rlperf.errors import SpecError
 from rlperf.specs.hardware_catalog import make_cluster
 from rlperf.specs.parallel import TrainLayout
 from rlperf.stages.forward import forward_pass
+from rlperf.stages.shard import stage_shards
 from rlperf.stages.microbatch import (
     as_lengths,
     balance_over_ranks,
@@ -175,3 +176,17 @@ def test_time_is_at_least_the_work_depth_bound(
         return
     assert cost.time_s >= cost.lower_bound_s() * (1 - 1e-9)
     assert cost.time_s == pytest.approx(sum(v for _, v in cost.breakdown), rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["Qwen3-0.6B", "Qwen2.5-7B", "Qwen3-30B-A3B"])
+@pytest.mark.parametrize("pp", [1, 2, 4])
+def test_stage_shards_add_up_to_the_model(name: str, pp: int) -> None:
+    model = load_model(name)
+    shards = stage_shards(model, tp=1, pp=pp, ep=1)
+    assert sum(s.matmul_params_per_token for s in shards) == pytest.approx(model.matmul_params_per_token, rel=1e-12)
+    assert sum(s.num_layers for s in shards) == model.num_layers
+    if pp == 1:
+        assert shards[0].params == model.num_params
+    halves = stage_shards(model, tp=2, pp=pp, ep=1)
+    ratio = sum(s.matmul_params_per_token for s in halves) / model.matmul_params_per_token
+    assert 0.5 <= ratio < 0.52  # the MoE router and the norms stay whole on every tp rank

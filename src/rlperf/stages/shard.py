@@ -59,25 +59,32 @@ class StageShard:
         return self.dense_params + self.expert_params
 
 
-def _attention(model: ModelSpec, tp: int) -> tuple[float, float, float]:
-    """(matmul io, core io, ring kv) elements per token of one layer on one tp rank."""
+def _attention(model: ModelSpec, tp: int) -> tuple[float, float, float, float]:
+    """(matmul weights, matmul io, core io, ring kv) per token of one layer on one tp rank.
+
+    Weights as :attr:`ModelSpec.attention_matmul_weights_per_layer` counts them (no biases or
+    norms), split by heads over tp; KV heads are replicated once tp exceeds them and MLA's
+    down-projections stay whole on every rank (:mod:`rlperf.cost.memory_params`)."""
     d, h = model.hidden_size, model.num_heads / tp
     m = model.mla
     if m is None:
         hd, kv = model.head_dim, kv_heads_per_device(model, tp)
+        weights = 2 * d * h * hd + 2 * d * kv * hd  # q, o split; k, v per KV head held
         proj = 3 * d + h * hd + 2 * kv * hd + (h * hd + d)  # q, k, v (column), o (row)
         core = 2 * h * hd + 2 * kv * hd
-        return proj, core, 2 * kv * hd
+        return weights, proj, core, 2 * kv * hd
     qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
     if m.q_lora_rank is None:
-        q = d + h * qk
+        q_w, q = d * h * qk, d + h * qk
     else:
+        q_w = d * m.q_lora_rank + m.q_lora_rank * h * qk
         q = (d + m.q_lora_rank) + (m.q_lora_rank + h * qk)
+    kv_w = d * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * h * (m.qk_nope_head_dim + v)
     kv_a = d + m.kv_lora_rank + m.qk_rope_head_dim
     kv_b = m.kv_lora_rank + h * (m.qk_nope_head_dim + v)
     proj = q + kv_a + kv_b + (h * v + d)
     core = h * (2 * qk + 2 * v)  # decompressed per-head keys and values in a teacher-forced pass
-    return proj, core, h * (qk + v)
+    return q_w + kv_w + h * v * d, proj, core, h * (qk + v)
 
 
 def _elementwise(model: ModelSpec, layer: int, tp: int, sequence_parallel: bool) -> float:
@@ -99,31 +106,29 @@ def _elementwise(model: ModelSpec, layer: int, tp: int, sequence_parallel: bool)
 
 
 def _mlp(model: ModelSpec, layer: int, tp: int) -> tuple[float, float, int]:
-    """(matmul params per token, io per token, kernels) of one layer's MLP on one tp rank."""
+    """(matmul weights per token, io per token, kernels) of one layer's MLP on one tp rank,
+    counted as :attr:`ModelSpec.matmul_params_per_token` does (router and the Qwen2-MoE
+    shared-expert gate whole on every rank)."""
     d = model.hidden_size
     moe = model.moe
-    b = model.breakdown
     if moe is None or not model.is_moe_layer(layer):
         w = model.intermediate_size
-        dense_layers = model.num_layers - model.num_moe_layers
-        return b.dense_mlp / dense_layers / tp, 3 * d + 3 * w / tp, 3
-    n = model.num_moe_layers
-    per_expert = b.experts / n / moe.num_experts
-    params = b.router / n + b.shared_experts / n / tp + moe.experts_per_token * per_expert / tp
+        return 3 * d * w / tp, 3 * d + 3 * w / tp, 3
+    weights: float = d * moe.num_experts + (d if moe.shared_expert_gate else 0)
+    weights += 3 * d * (moe.experts_per_token * moe.expert_intermediate_size + moe.shared_intermediate_size) / tp
     io = d + moe.num_experts + moe.experts_per_token * (3 * d + 3 * moe.expert_intermediate_size / tp)
     kernels = 1 + ROUTING_KERNELS + 3
     if moe.shared_intermediate_size:
         io += 3 * d + 3 * moe.shared_intermediate_size / tp
         kernels += 3
-    return params, io, kernels
+    return weights, io, kernels
 
 
 def stage_shards(
     model: ModelSpec, tp: int, pp: int, ep: int, head: Head = "logprobs", sequence_parallel: bool = True
 ) -> tuple[StageShard, ...]:
     """Per-device shards of all ``pp`` stages (see the module docstring)."""
-    attn_proj, attn_core, ring_kv = _attention(model, tp)
-    attn_params = model.attention_params_per_layer / tp  # norms inside attention are negligible
+    attn_params, attn_proj, attn_core, ring_kv = _attention(model, tp)
     attn_kernels = 5 if model.mla is not None else 4
     d, vocab = model.hidden_size, model.vocab_size
     shards = []

@@ -37,9 +37,10 @@ outermost, as Megatron-Core orders its process groups):
 - ZeRO-3 / FSDP: all-gather the stage's weights (compute dtype) once per forward and once per
   backward of every micro-batch; reduce-scatter its gradients (``grad_dtype``) after every
   backward (FSDP without ``no_sync``, as verl's actor does). CPU-offloaded weights (ZeRO-Offload /
-  FSDP ``CPUOffload``) cross PCIe on every pass the same way. Gathers are prefetched one unit ahead,
-  so only ``max(0, gather - compute)`` plus the first unit's gather is exposed; the gradient
-  reduce-scatter overlaps the backward when ``overlap_grad_comm``, exposing its last unit.
+  FSDP ``CPUOffload``) cross PCIe on every pass the same way. Gathers are prefetched one unit
+  (layer) ahead: the first unit's gather is exposed, the rest only where it outlasts the pass's
+  compute; the gradient reduce-scatter overlaps the backward the same way when
+  ``overlap_grad_comm`` (its last bucket exposed), and is fully exposed otherwise.
 """
 
 from __future__ import annotations
@@ -126,8 +127,6 @@ class Exposed:
     bytes_sent: float
 
 
-
-
 @dataclass(frozen=True)
 class CommUnit:
     """(time, bytes sent) of one pass's communication per kind, for one device; ``ring`` is one
@@ -190,13 +189,13 @@ class LayoutCosts:
         lin = op_time(cl, 2 * shard.matmul_params_per_token * t, weights + shard.matmul_io_per_token * t * _C,
                       COMPUTE_DTYPE, "matmul", launch_s=0.0)
         attn = self._attention(shard, mb)
-        logits = self._elementwise(shard, t, LOGIT_PASSES_FORWARD, 1)
-        body = lin.time_s + attn.time_s + logits.time_s
+        elem = self._elementwise(shard, t, LOGIT_PASSES_FORWARD, 1)
+        body = lin.time_s + attn.time_s + elem.time_s
         launch = shard.kernels * cl.profile.kernel_launch_s
         comm = self._comm(shard, mb, attn.time_s, forward=True, tp_passes=1, ring_passes=1, a2a_passes=1)
         return PassCost(
-            flops=lin.flops + attn.flops + logits.flops,
-            hbm_bytes=lin.bytes + attn.bytes + logits.bytes,
+            flops=lin.flops + attn.flops + elem.flops,
+            hbm_bytes=lin.bytes + attn.bytes + elem.bytes,
             body_s=body, launch_s=launch, attention_s=attn.time_s, **comm,
         )
 
@@ -209,11 +208,10 @@ class LayoutCosts:
                       COMPUTE_DTYPE, "matmul", launch_s=0.0)
         attn_f = self._attention(shard, mb)
         attn = op_time(cl, 2 * attn_f.flops, 2 * attn_f.bytes, COMPUTE_DTYPE, "attention", launch_s=0.0)
-        # log-softmax backward reads the fp32 logits and writes their gradient
-        logits = self._elementwise(shard, t, LOGIT_PASSES_BACKWARD, 2)
-        flops = lin.flops + attn.flops + logits.flops
-        hbm = lin.bytes + attn.bytes + logits.bytes
-        body = lin.time_s + attn.time_s + logits.time_s
+        elem = self._elementwise(shard, t, LOGIT_PASSES_BACKWARD, 2)
+        flops = lin.flops + attn.flops + elem.flops
+        hbm = lin.bytes + attn.bytes + elem.bytes
+        body = lin.time_s + attn.time_s + elem.time_s
         launch = 2 * shard.kernels * cl.profile.kernel_launch_s
         attention_s = attn.time_s
         if lay.recompute == "full":

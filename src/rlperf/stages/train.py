@@ -10,8 +10,9 @@ most loaded dp rank sets the step. Then:
   over ``dp x cp / ep``): ZeRO-3 reduce-scatters after every micro-batch's backward (FSDP without
   ``no_sync``, counted per micro-batch); ZeRO-1/2 reduce-scatter and ZeRO-0 all-reduces once per
   step, after the last micro-batch (Megatron DDP / distributed optimizer). With
-  ``overlap_grad_comm`` the reduction hides behind that backward except ``max(0, comm -
-  backward)`` and its last unit (bucket = one layer); without it, all of it is exposed.
+  ``overlap_grad_comm`` the reduction hides behind that backward except its last bucket (one
+  layer's gradients) and whatever of the rest outlasts the backward; without it, all of it is
+  exposed.
 - **parameter all-gather** after the update under ZeRO-1/2 (the distributed optimizer's
   ``param_dtype`` gather; not overlapped).
 - **optimizer step**: fused AdamW on the device's resident shard (:func:`rlperf.cost.roofline.
@@ -19,9 +20,9 @@ most loaded dp rank sets the step. Then:
   PCIe upload of the updated weights (the gradients' download is counted with the reduction).
 
 Per-rank communication volume of the data-parallel traffic (``Psi`` stage parameters,
-``N = dp x cp``, one micro-batch): ZeRO-3 sends ``(N-1)/N Psi b_param`` for each of the two
-weight all-gathers (forward, backward) and ``(N-1)/N Psi b_grad`` for the gradient
-reduce-scatter; ZeRO-1/2 send ``(N-1)/N Psi (b_grad + b_param)`` per step (reduce-scatter +
+``N = dp x cp``, one micro-batch): ZeRO-3 sends ``(N-1)/N Psi b_bf16`` for each of the two
+weight all-gathers (forward, backward; FSDP casts to the compute dtype before gathering) and
+``(N-1)/N Psi b_grad`` for the gradient reduce-scatter; ZeRO-1/2 send ``(N-1)/N Psi (b_grad + b_param)`` per step (reduce-scatter +
 all-gather, i.e. ``2 (N-1)/N Psi b`` with equal dtypes, as plain data parallelism's all-reduce);
 ZeRO-0 sends ``2 (N-1)/N Psi b_grad`` (Rajbhandari et al. 2020, "ZeRO", §7).
 

@@ -1,0 +1,208 @@
+"""Pieces shared by the importers and exporters: model names, the generic workload, pools.
+
+A framework configuration names a checkpoint path, batch sizes and length caps, never the
+length *distribution* of the responses. The importers fill that gap with the same generic rules
+as the workload presets (rlperf.specs.workload_presets, from algorithms.md §6.2): responses
+log-normal with sigma 1 and mean cap/3 after truncation, prompts log-normal with median
+min(256, cap/4) and sigma 0.5, within-group correlation 0.5. Each import lists this as an
+assumption; ``mean_response_tokens`` replaces the cap/3 rule when the user knows better.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlperf.errors import SpecError
+from rlperf.frameworks.report import Recorder
+from rlperf.scenario import ScenarioSpec, resolve_workload
+from rlperf.specs.lengths import LogNormalLength
+from rlperf.specs.parallel import TrainLayout
+from rlperf.specs.plan import PLACEMENT_KEYS, Pool
+from rlperf.specs.workload import Workload, workload_to_dict
+from rlperf.specs.workload_presets import (
+    GROUP_CORRELATION,
+    MEAN_OVER_CAP,
+    PROMPT_MEDIAN_TOKENS,
+    PROMPT_SIGMA,
+    RESPONSE_SIGMA,
+)
+
+TRAIN_ROLES = ("actor", "critic", "ref", "reward_model", "prm")
+
+
+def catalog_model(key: str, value: Any, rec: Recorder) -> str:
+    """The catalog name of a checkpoint path or hub id (``/models/Qwen2.5-7B-Instruct`` ->
+    ``Qwen2.5-7B``); a local folder holding a ``config.json`` is kept as a path."""
+    from rlperf.catalog import resolve_name
+
+    text = str(value).rstrip("/")
+    if (Path(text).expanduser() / "config.json").is_file():
+        rec.map(key, value, "model (local config.json)")
+        return text
+    try:
+        name = resolve_name(text)
+    except SpecError as err:
+        base = _strip_finetune_suffix(text)
+        try:
+            name = resolve_name(base) if base != text else ""
+        except SpecError:
+            name = ""
+        if not name:
+            raise SpecError(key, f"{text!r} is not in the model catalog ({err.problem})") from None
+        rec.assume(f"{key}: {text!r} read as {name} (a fine-tune keeps its base model's shapes)")
+    rec.map(key, value, f"model {name}")
+    return name
+
+
+# Suffixes of fine-tuned checkpoints (reward, value, SFT models) named after their base model.
+_FINETUNE_SUFFIXES = ("-rm", "-reward", "-prm", "-critic", "-value", "-sft")
+
+
+def _strip_finetune_suffix(text: str) -> str:
+    lowered = text.lower()
+    for suffix in _FINETUNE_SUFFIXES:
+        if lowered.endswith(suffix):
+            return text[: -len(suffix)]
+    return text
+
+
+def build_spec(framework: str, name: str | None, model: str, parts: dict[str, Any]) -> ScenarioSpec:
+    """The scenario of an import: ``parts`` holds cluster, workload, algorithm and plan mappings;
+    a missing run name becomes ``<framework>-import``. Errors are one line, prefixed by the import."""
+    from rlperf.errors import parse
+
+    data = {"name": name if name is not None else f"{framework.lower()}-import", "model": model, **parts}
+    return parse(ScenarioSpec, data, where=f"{framework} import")
+
+
+def generic_workload(
+    prompts_per_step: int,
+    group_size: int,
+    prompt_cap_tokens: int,
+    response_cap_tokens: int,
+    mean_response_tokens: float | None,
+    rec: Recorder,
+) -> dict[str, Any]:
+    """The workload mapping of an imported configuration (see the module docstring)."""
+    mean = mean_response_tokens if mean_response_tokens is not None else response_cap_tokens * MEAN_OVER_CAP
+    if mean_response_tokens is None:
+        rec.assume(f"mean response length {mean:,.0f} tokens = cap/3 (not in the config; algorithms.md §6.2)")
+    else:
+        rec.assume(f"mean response length {mean:,.0f} tokens (given by the caller)")
+    rec.assume(
+        f"lengths log-normal: responses sigma {RESPONSE_SIGMA:g}, prompts median"
+        f" min({PROMPT_MEDIAN_TOKENS}, cap/4) sigma {PROMPT_SIGMA:g}; group correlation {GROUP_CORRELATION:g}"
+    )
+    prompt = LogNormalLength(
+        median_tokens=min(PROMPT_MEDIAN_TOKENS, prompt_cap_tokens / 4), sigma=PROMPT_SIGMA, cap_tokens=prompt_cap_tokens
+    )
+    workload = Workload(
+        prompts_per_step=prompts_per_step,
+        group_size=group_size,
+        prompt_length=prompt,
+        response_length=LogNormalLength.from_mean(mean, RESPONSE_SIGMA, response_cap_tokens),
+        group_length_correlation=GROUP_CORRELATION,
+    )
+    return workload_to_dict(workload)
+
+
+@dataclass(frozen=True)
+class WorkloadCaps:
+    """What a framework configuration can say about a workload."""
+
+    prompts_per_step: int
+    group_size: int
+    prompt_cap_tokens: int
+    response_cap_tokens: int
+
+
+def workload_caps(spec: ScenarioSpec) -> WorkloadCaps:
+    w = resolve_workload(spec.workload)
+    return WorkloadCaps(w.prompts_per_step, w.group_size, w.max_prompt_tokens, w.max_response_tokens)
+
+
+def workload_notes(spec: ScenarioSpec, framework: str) -> list[str]:
+    """What an export drops of the workload: length distributions other than the generic rule
+    (a configuration carries only the caps)."""
+    caps = workload_caps(spec)
+    scratch = Recorder(framework, "export")
+    generic = generic_workload(
+        caps.prompts_per_step, caps.group_size, caps.prompt_cap_tokens, caps.response_cap_tokens, None, scratch
+    )
+    if dict(spec.workload) == generic:
+        return []
+    mean = resolve_workload(spec.workload).response_length.mean_tokens()
+    return [
+        f"workload length distributions: {framework} configs hold only the caps; a re-import uses the"
+        f" generic log-normal rule (pass mean_response_tokens={mean:.0f} to keep the mean)"
+    ]
+
+
+def compact_layouts(layouts: dict[str, TrainLayout]) -> dict[str, TrainLayout]:
+    """Drop the roles whose layout equals the actor's (``Plan.layout_for`` falls back to it)."""
+    actor = layouts["actor"]
+    return {r: lay for r, lay in layouts.items() if r == "actor" or lay != actor}
+
+
+def resolved_pools(spec: ScenarioSpec) -> tuple[tuple[Pool, ...], dict[str, str], int]:
+    """Concrete pools, the pool of every placement key, and the cluster's GPU count."""
+    from rlperf.specs.hardware_catalog import load_accelerator
+
+    c = spec.cluster
+    gpn = c.gpus_per_node if c.gpus_per_node is not None else load_accelerator(c.gpu).gpus_per_node
+    total = c.num_nodes * gpn
+    pools, assign = spec.plan.placement.resolve(total)
+    return pools, assign, total
+
+
+def pool_size(pools: tuple[Pool, ...], name: str) -> int:
+    return next(p.num_gpus for p in pools if p.name == name)
+
+
+def roles_in_use(spec: ScenarioSpec) -> tuple[str, ...]:
+    """The placement keys the scenario's algorithm uses (reward_model only for a model reward)."""
+    from rlperf.algorithms import get_algorithm
+
+    algo = get_algorithm(spec.algorithm.name)
+    roles: set[str] = {s.role for s in algo.active_stages(updates_per_rollout=2)}
+    if spec.algorithm.reward.kind != "model":
+        roles.discard("reward_model")
+    return tuple(k for k in PLACEMENT_KEYS if k in roles or k == "generate")
+
+
+def as_int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise SpecError(key, f"expected an integer, got {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise SpecError(key, f"expected an integer, got {value!r}") from None
+
+
+def as_float(key: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise SpecError(key, f"expected a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise SpecError(key, f"expected a number, got {value!r}") from None
+
+
+def as_bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise SpecError(key, f"expected True or False, got {value!r}")
+
+
+def power_of_two_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p

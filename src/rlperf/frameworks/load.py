@@ -1,0 +1,89 @@
+"""One entry point for the planner and the CLI: a framework's configuration -> ScenarioSpec.
+
+``load_framework_config("verl", "ppo.yaml", ["data.train_batch_size=512"])`` and
+``load_framework_config("openrlhf", "--pretrain Qwen/Qwen2.5-7B ...", [])`` both return the
+scenario and the :class:`ImportReport` that lists every key that was not mapped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from rlperf.errors import SpecError
+from rlperf.frameworks.report import ImportReport
+from rlperf.scenario import ScenarioSpec
+
+FrameworkKind = Literal["verl", "openrlhf"]
+KINDS: tuple[FrameworkKind, ...] = ("verl", "openrlhf")
+
+
+def read_overrides(path: str | Path) -> list[str]:
+    """Overrides from a text file: one per line (or several separated by blanks, as in a shell
+    script); ``#`` comments and shell line continuations are dropped."""
+    import shlex
+
+    text = Path(path).read_text().replace("\\\n", " ")
+    out: list[str] = []
+    for line in text.splitlines():
+        out.extend(shlex.split(line, comments=True))
+    return out
+
+
+def load_framework_config(
+    kind: str,
+    path_or_args: str | Path | Sequence[str] | Mapping[str, Any] | None,
+    overrides: Sequence[str] = (),
+    *,
+    gpu: str = "H100",
+    mean_response_tokens: float | None = None,
+) -> tuple[ScenarioSpec, ImportReport]:
+    """Import a framework configuration.
+
+    Args:
+        kind: ``"verl"`` or ``"openrlhf"`` (any case).
+        path_or_args: verl: a YAML file, a mapping, a file of overrides (``*.overrides``,
+            ``*.txt``, ``*.sh``) or None; OpenRLHF: a command line (string or list of tokens) or
+            a file holding one.
+        overrides: verl: Hydra overrides applied after the YAML; OpenRLHF: more arguments,
+            appended (later ones win, as in argparse).
+        gpu: the accelerator (neither framework's configuration names it).
+        mean_response_tokens: the mean response length, when known (default: cap/3).
+
+    Raises:
+        SpecError: bad kind, unreadable file, or a value the scenario cannot take.
+    """
+    key = kind.lower()
+    if key == "verl":
+        from rlperf.frameworks.verl_import import import_verl
+
+        config: str | Path | Mapping[str, Any] | None
+        extra = list(overrides)
+        if isinstance(path_or_args, (str, Path)) and Path(path_or_args).suffix in (".overrides", ".txt", ".sh"):
+            config, extra = None, read_overrides(path_or_args) + extra
+        elif isinstance(path_or_args, (str, Path, Mapping)) or path_or_args is None:
+            config = path_or_args
+        else:
+            config, extra = None, list(path_or_args) + extra
+        return import_verl(config, extra, gpu=gpu, mean_response_tokens=mean_response_tokens)
+    if key == "openrlhf":
+        from rlperf.frameworks.openrlhf_import import import_openrlhf
+
+        if isinstance(path_or_args, Mapping) or path_or_args is None:
+            raise SpecError("config", "OpenRLHF takes a command line (string, list, or a file holding one)")
+        args: str | Sequence[str] = path_or_args if not isinstance(path_or_args, Path) else path_or_args.read_text()
+        if isinstance(args, str) and _is_file(args):
+            args = Path(args).read_text()
+        return import_openrlhf(args, overrides, gpu=gpu, mean_response_tokens=mean_response_tokens)
+    raise SpecError("framework", f"unknown config kind {kind!r}", ", ".join(KINDS))
+
+
+def _is_file(text: str) -> bool:
+    """Whether ``text`` names a file (a long command line is not a path)."""
+    if "\n" in text or text.lstrip().startswith("-"):
+        return False
+    try:
+        return Path(text).is_file()
+    except OSError:
+        return False

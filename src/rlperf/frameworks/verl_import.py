@@ -1,0 +1,489 @@
+"""verl configuration (``ppo_trainer.yaml`` plus Hydra overrides) -> rlperf ScenarioSpec.
+
+Which trainer a configuration is for is read from its keys (the entry point is not part of it):
+
+- ``async_training.*`` present: the fully-async recipe (``recipe/fully_async_policy``): rollout
+  and trainer on separate pools (``rollout.nnodes x rollout.n_gpus_per_node`` and
+  ``trainer.nnodes x trainer.n_gpus_per_node``). One rlperf step is one parameter sync, i.e.
+  ``trigger_parameter_sync_step x require_batches`` mini-batches of ``ppo_mini_batch_size``
+  prompts (the recipe README's rule for comparing with the colocated trainer). A staleness
+  threshold ``t > 0`` lets the rollouter run up to ``(1 + t)`` sync periods ahead, so samples are
+  at most ``ceil(t)`` versions old (README: "staleness_threshold = 1 is basically one step off
+  policy"): mode ``async`` with ``staleness = ceil(t)``; ``t = 0`` is synchronous.
+- ``rollout.nnodes`` / ``rollout.n_gpus_per_node`` present: the one-step-off recipe
+  (``recipe/one_step_off_policy``): disaggregated, mode ``one_step_off``.
+- otherwise the main trainer: everything colocated on ``trainer.nnodes x trainer.n_gpus_per_node``
+  (the hybrid engine), synchronous.
+
+Mappings (verl key -> rlperf field):
+
+- ``data.train_batch_size`` -> prompts per step; ``rollout.n`` -> group size;
+  ``data.max_prompt_length`` / ``max_response_length`` -> the length caps.
+- ``ppo_epochs`` -> epochs; ``train_batch_size / ppo_mini_batch_size`` -> mini-batches (verl
+  counts mini-batches in prompts, algorithms.md §2).
+- ``algorithm.adv_estimator`` (+ ``norm_adv_by_std_in_grpo``, ``policy_loss.loss_mode``,
+  ``algorithm.filter_groups.enable``) -> the algorithm.
+- strategy ``fsdp``/``fsdp2`` -> ZeRO-3 with Ulysses ``cp``; ``megatron`` -> tp/pp/vpp/cp (ring)
+  /ep with the distributed optimizer as ZeRO-1.
+- ``param_offload``/``optimizer_offload``/``grad_offload`` of any role -> the plan's
+  ``offload_between_phases`` (verl moves the states to host while the other phase runs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rlperf.algorithms import get_algorithm
+from rlperf.errors import SpecError
+from rlperf.frameworks.common import (
+    as_bool,
+    as_float,
+    as_int,
+    build_spec,
+    catalog_model,
+    compact_layouts,
+    generic_workload,
+)
+from rlperf.frameworks.config_tree import (
+    KeyReader,
+    apply_overrides,
+    classify_rest,
+    flatten,
+    load_yaml_tree,
+    resolve_interpolations,
+)
+from rlperf.frameworks.report import ImportReport, Recorder
+from rlperf.frameworks.verl_keys import (
+    ADV_ESTIMATORS,
+    DEFAULTS,
+    ENGINE_DTYPES,
+    IGNORED,
+    MEGATRON_DEFAULTS,
+    ROLE_BASE,
+    ROLE_FSDP,
+    ROLE_MICRO,
+    ROLE_RECOMPUTE,
+    UNSUPPORTED,
+)
+from rlperf.scenario import ScenarioSpec
+from rlperf.specs.parallel import TrainLayout
+
+ROLLOUT = "actor_rollout_ref.rollout"
+ACTOR = "actor_rollout_ref.actor"
+
+
+def import_verl(
+    config: str | Path | Mapping[str, Any] | None,
+    overrides: Sequence[str] = (),
+    *,
+    gpu: str = "H100",
+    mean_response_tokens: float | None = None,
+) -> tuple[ScenarioSpec, ImportReport]:
+    """A scenario from a verl YAML file (or mapping, or None for verl's defaults) and overrides."""
+    if config is None:
+        tree: Mapping[str, Any] = {}
+        source = f"{len(overrides)} command-line overrides"
+    else:
+        tree, source = (config, "a mapping") if isinstance(config, Mapping) else (load_yaml_tree(config), str(config))
+        if overrides:
+            source += f" + {len(overrides)} overrides"
+    flat = resolve_interpolations(apply_overrides(flatten(tree), overrides))
+    rec = Recorder("verl", source)
+    r = KeyReader(flat, rec)
+    return _Importer(r, gpu, mean_response_tokens).run()
+
+
+class _Importer:
+    def __init__(self, r: KeyReader, gpu: str, mean_response_tokens: float | None) -> None:
+        self.r = r
+        self.rec = r.rec
+        self.gpu = gpu
+        self.mean_response_tokens = mean_response_tokens
+        self.offload = False
+
+    def get(self, key: str, note: str = "") -> Any:
+        return self.r.get(key, DEFAULTS.get(key), note)
+
+    def get_int(self, key: str, note: str) -> int:
+        value = as_int(key, self.get(key))
+        self.rec.map(key, value, note)
+        return value
+
+    # ------------------------------------------------------------------ top level
+    def run(self) -> tuple[ScenarioSpec, ImportReport]:
+        recipe = self._recipe()
+        model = catalog_model("actor_rollout_ref.model.path", self._required("actor_rollout_ref.model.path"), self.rec)
+        algorithm = self._algorithm(model)
+        roles = self._roles(algorithm["name"], algorithm["reward"]["kind"] == "model")
+        cluster, placement, train_gpus, rollout_gpus = self._cluster(recipe)
+        workload, minibatches = self._batches(recipe)
+        algorithm["minibatches"] = minibatches
+        layouts: dict[str, TrainLayout] = {}
+        for role in roles:
+            layouts[role] = self._layout(role, train_gpus, layouts.get("actor"))
+        plan = {
+            "placement": placement,
+            "rollout": self._engine(rollout_gpus),
+            "layouts": compact_layouts(layouts),
+            "mode": self._mode(recipe),
+            "offload_between_phases": self.offload,
+        }
+        run_name = self.r.get("trainer.experiment_name", None)
+        if run_name is not None:
+            self.rec.map("trainer.experiment_name", run_name, "scenario name")
+        parts = {"cluster": cluster, "workload": workload, "algorithm": algorithm, "plan": plan}
+        spec = build_spec("verl", None if run_name is None else str(run_name), model, parts)
+        unused = {f"{ROLE_BASE[r]}.": f"{r} not used by {spec.algorithm.name}" for r in ROLE_BASE if r not in roles}
+        if recipe == "main":
+            unused["rollout."] = "rollout pool of the async recipes (not used by the colocated trainer)"
+        ignored, unknown = classify_rest(self.r, IGNORED, UNSUPPORTED, unused)
+        return spec, self.rec.freeze(ignored, unknown)
+
+    def _required(self, key: str) -> Any:
+        if not self.r.has(key):
+            raise SpecError(key, "missing: the importer needs the actor's model path")
+        return self.r.get(key, None)
+
+    def _recipe(self) -> str:
+        if self.r.has_prefix("async_training"):
+            self.rec.assume("trainer: verl's fully-async recipe (async_training.* is set)")
+            recipe = "fully_async"
+        elif self.r.has("rollout.nnodes") or self.r.has("rollout.n_gpus_per_node"):
+            self.rec.assume("trainer: verl's one-step-off recipe (rollout.nnodes/n_gpus_per_node is set)")
+            recipe = "one_step_off"
+        else:
+            recipe = "main"
+        hybrid = as_bool("actor_rollout_ref.hybrid_engine", self.get("actor_rollout_ref.hybrid_engine"))
+        if recipe == "main" and not hybrid:
+            self.rec.unsupported_key("actor_rollout_ref.hybrid_engine", hybrid, "verl's main trainer needs the hybrid engine; imported as colocated")
+        else:
+            self.rec.map("actor_rollout_ref.hybrid_engine", hybrid, "colocated" if recipe == "main" else "separate rollout pool")
+        return recipe
+
+    # ------------------------------------------------------------------ algorithm
+    def _algorithm(self, model: str) -> dict[str, Any]:
+        key = "algorithm.adv_estimator"
+        est = str(self.get(key))
+        if est not in ADV_ESTIMATORS:
+            raise SpecError(key, f"{est!r} has no rlperf algorithm", ", ".join(ADV_ESTIMATORS))
+        name = {"gae": "PPO", "rloo": "RLOO", "remax": "ReMax"}.get(est, "REINFORCE++" if est.startswith("reinforce") else "GRPO")
+        if est == "reinforce_plus_plus_baseline":
+            self.rec.unsupported_key(key, est, "REINFORCE++-baseline is costed as REINFORCE++ (same stages)")
+        if name == "GRPO":
+            name = self._grpo_variant()
+        self.rec.map(key, est, f"algorithm {name}")
+        epochs = self.get_int(f"{ACTOR}.ppo_epochs", "epochs")
+        self._check_kl(name)
+        out: dict[str, Any] = {"name": name, "epochs": epochs, "reward": self._reward()}
+        if name == "PPO":
+            critic_key = "critic.model.path"
+            if self.r.has(critic_key):
+                critic = catalog_model(critic_key, self.r.get(critic_key, None), self.rec)
+                out["critic_model"] = critic if critic != model else None
+            else:
+                self.rec.assume("critic model: the actor's (critic.model.path not set)")
+        return out
+
+    def _grpo_variant(self) -> str:
+        if as_bool("algorithm.filter_groups.enable", self.r.get("algorithm.filter_groups.enable", None) or False):
+            self.rec.map("algorithm.filter_groups.enable", True, "dynamic sampling: DAPO")
+            self._dapo_gen_batch()
+            return "DAPO"
+        mode = str(self.r.get(f"{ACTOR}.policy_loss.loss_mode", None) or "vanilla")
+        if mode == "gspo":
+            self.rec.map(f"{ACTOR}.policy_loss.loss_mode", mode, "sequence-level ratio: GSPO")
+            return "GSPO"
+        if mode != "vanilla":
+            self.rec.unsupported_key(f"{ACTOR}.policy_loss.loss_mode", mode, "costed as GRPO (same stages)")
+        norm = as_bool("algorithm.norm_adv_by_std_in_grpo", self.get("algorithm.norm_adv_by_std_in_grpo"))
+        self.rec.map("algorithm.norm_adv_by_std_in_grpo", norm, "GRPO" if norm else "no std normalization: Dr.GRPO")
+        return "GRPO" if norm else "Dr.GRPO"
+
+    def _dapo_gen_batch(self) -> None:
+        key = "data.gen_batch_size"
+        if not self.r.has(key):
+            return
+        gen = as_int(key, self.r.get(key, None))
+        train = as_int("data.train_batch_size", self.get("data.train_batch_size"))
+        multiplier = get_algorithm("DAPO").gen_batch_multiplier
+        if gen == round(multiplier * train):
+            self.rec.map(key, gen, f"DAPO generates {multiplier:g}x the kept prompts per round")
+        else:
+            self.rec.unsupported_key(key, gen, f"DAPO's rounds are costed at {multiplier:g}x the train batch")
+
+    def _check_kl(self, name: str) -> None:
+        loss = as_bool(f"{ACTOR}.use_kl_loss", self.get(f"{ACTOR}.use_kl_loss"))
+        reward = as_bool("algorithm.use_kl_in_reward", self.get("algorithm.use_kl_in_reward"))
+        algo_kl = get_algorithm(name).kl != "none"
+        for key, value in ((f"{ACTOR}.use_kl_loss", loss), ("algorithm.use_kl_in_reward", reward)):
+            self.rec.map(key, value, "reference pass" if value else "no KL term")
+        if (loss or reward) != algo_kl:
+            has = "runs" if algo_kl else "skips"
+            key = f"{ACTOR}.use_kl_loss" if loss or not reward else "algorithm.use_kl_in_reward"
+            self.rec.unsupported_key(
+                key, loss or reward, f"rlperf's {name} {has} the reference log-prob pass; this config does the opposite"
+            )
+
+    def _reward(self) -> dict[str, Any]:
+        enable = as_bool("reward_model.enable", self.get("reward_model.enable"))
+        if enable:
+            path = self.r.get("reward_model.model.path", None)
+            if path is None:
+                raise SpecError("reward_model.model.path", "missing while reward_model.enable is True")
+            self.rec.map("reward_model.enable", enable, "reward: model")
+            return {"kind": "model", "model": catalog_model("reward_model.model.path", path, self.rec)}
+        url = self.r.get("reward_model.sandbox_fusion.url", None)
+        if url:
+            workers = as_int("reward_model.sandbox_fusion.max_concurrent", self.r.get("reward_model.sandbox_fusion.max_concurrent", 64))
+            self.rec.map("reward_model.sandbox_fusion.url", url, "reward: sandbox")
+            self.rec.map("reward_model.sandbox_fusion.max_concurrent", workers, "reward.cpu_workers")
+            self.rec.assume("sandbox latency: rlperf's default log-normal (not in the config)")
+            return {"kind": "sandbox", "cpu_workers": workers}
+        self.r.touch("reward_model.sandbox_fusion.url")
+        self.r.touch("reward_model.sandbox_fusion.max_concurrent")
+        self.rec.map("reward_model.enable", enable, "reward: rule (CPU verifier)")
+        self.rec.assume("rule reward: rlperf's default CPU cost per sample (not in the config)")
+        return {"kind": "rule"}
+
+    def _roles(self, name: str, reward_model: bool) -> tuple[str, ...]:
+        algo = get_algorithm(name)
+        used = {s.role for s in algo.active_stages(updates_per_rollout=2)}
+        roles: list[str] = [r for r in ("actor", "ref", "critic") if r in used]
+        if reward_model:
+            roles.append("reward_model")
+        if "prm" in used:
+            raise SpecError("algorithm.adv_estimator", f"{name} needs a PRM, which verl's ppo_trainer.yaml does not configure")
+        return tuple(roles)
+
+    # ------------------------------------------------------------------ batches
+    def _batches(self, recipe: str) -> tuple[dict[str, Any], int]:
+        n = self.get_int(f"{ROLLOUT}.n", "group size")
+        mini = self.get_int(f"{ACTOR}.ppo_mini_batch_size", "prompts per mini-batch")
+        if recipe == "fully_async":
+            trigger = self.get_int("async_training.trigger_parameter_sync_step", "mini-batch rounds per step")
+            require = self.get_int("async_training.require_batches", "mini-batches per round")
+            prompts = trigger * require * mini
+            minibatches = trigger * require
+            self.rec.assume(f"one step = one parameter sync = {trigger} x {require} x {mini} prompts")
+            if self.r.has("data.train_batch_size"):
+                tb = self.r.get("data.train_batch_size", None)
+                self.rec.unsupported_key("data.train_batch_size", tb, "not used by the fully-async recipe (see trigger_parameter_sync_step)")
+        else:
+            prompts = self.get_int("data.train_batch_size", "prompts per step")
+            if prompts % mini != 0:
+                raise SpecError(f"{ACTOR}.ppo_mini_batch_size", f"{mini} does not divide data.train_batch_size ({prompts})")
+            minibatches = prompts // mini
+        caps = [self.get_int(k, n_) for k, n_ in (("data.max_prompt_length", "prompt cap"), ("data.max_response_length", "response cap"))]
+        workload = generic_workload(prompts, n, caps[0], caps[1], self.mean_response_tokens, self.rec)
+        return workload, minibatches
+
+    # ------------------------------------------------------------------ cluster
+    def _cluster(self, recipe: str) -> tuple[dict[str, Any], dict[str, Any], int, int]:
+        """Cluster mapping, placement mapping, training-pool GPUs and rollout-pool GPUs."""
+        from rlperf.specs.hardware_catalog import load_accelerator
+
+        tn = self.get_int("trainer.nnodes", "nodes" if recipe == "main" else "training pool nodes")
+        tg = self.get_int("trainer.n_gpus_per_node", "GPUs per node" if recipe == "main" else "training pool GPUs per node")
+        self.rec.assume(f"GPU type {self.gpu} (verl configs do not name it)")
+        if recipe == "main":
+            return {"gpu": self.gpu, "num_nodes": tn, "gpus_per_node": tg}, {"kind": "colocated"}, tn * tg, tn * tg
+        rn = self.get_int("rollout.nnodes", "rollout pool nodes")
+        rg = self.get_int("rollout.n_gpus_per_node", "rollout pool GPUs per node")
+        node = load_accelerator(self.gpu).gpus_per_node
+        rollout, train = rn * rg, tn * tg
+        if rn == tn and rg + tg <= node:
+            self.rec.assume(f"rollout and training pools share {tn} node(s) of {rg + tg} GPUs")
+            cluster = {"gpu": self.gpu, "num_nodes": tn, "gpus_per_node": rg + tg}
+        elif rg == tg:
+            cluster = {"gpu": self.gpu, "num_nodes": tn + rn, "gpus_per_node": tg}
+        else:
+            gpn = max(rg, tg)
+            self.rec.assume(f"pools on separate nodes of {gpn} GPUs; {(tn + rn) * gpn - rollout - train} GPUs idle")
+            cluster = {"gpu": self.gpu, "num_nodes": tn + rn, "gpus_per_node": gpn}
+            pools = [{"name": "rollout", "num_gpus": rollout}, {"name": "train", "num_gpus": train}]
+            return cluster, {"kind": "hybrid", "pools": pools, "assign": {"generate": "rollout", "actor": "train"}}, train, rollout
+        return cluster, {"kind": "disaggregated", "rollout_gpus": rollout}, train, rollout
+
+    # ------------------------------------------------------------------ layouts
+    def _layout(self, role: str, gpus: int, actor: TrainLayout | None) -> TrainLayout:
+        base = ROLE_BASE[role]
+        strategy_key = f"{base}.strategy"
+        default_strategy = self.r.flat.get(f"{ACTOR}.strategy", "fsdp") if role == "ref" else DEFAULTS.get(strategy_key, "fsdp")
+        strategy = str(self.r.get(strategy_key, default_strategy))
+        if strategy not in ("fsdp", "fsdp2", "megatron"):
+            raise SpecError(strategy_key, f"unknown strategy {strategy!r}", "fsdp, fsdp2, megatron")
+        self.rec.map(strategy_key, strategy, "FSDP = ZeRO-3" if strategy != "megatron" else "Megatron-Core")
+        lay = self._megatron(role) if strategy == "megatron" else self._fsdp(role)
+        lay.update(self._micro(role))
+        # Forward-only roles never recompute; they take the actor's setting so equal layouts compare equal.
+        lay["recompute"] = actor.recompute if actor is not None and role in ("ref", "reward_model") else self._recompute(role, strategy)
+        mp = lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1)
+        if gpus % mp != 0:
+            raise SpecError(strategy_key, f"tp·pp·cp = {mp} does not divide the {gpus} GPUs of the {role} pool")
+        lay["dp"] = gpus // mp
+        return TrainLayout.model_validate(lay)
+
+    def _fsdp(self, role: str) -> dict[str, Any]:
+        base, fsdp = ROLE_BASE[role], ROLE_FSDP[role]
+        default_sp = self.r.flat.get(f"{ACTOR}.ulysses_sequence_parallel_size", 1) if role == "ref" else 1
+        key = f"{base}.ulysses_sequence_parallel_size"
+        sp = as_int(key, self.r.get(key, default_sp))
+        self.rec.map(key, sp, f"{role} cp (Ulysses)")
+        for which in ("param_offload", "optimizer_offload"):
+            k = f"{fsdp}.{which}"
+            if self.r.has(k):
+                on = as_bool(k, self.r.get(k, None))
+                self.offload |= on
+                self.rec.map(k, on, "offload_between_phases" if on else "states stay on GPU")
+        lay: dict[str, Any] = {"zero_stage": 3, "cp": sp, "cp_kind": "ulysses"}
+        policy_key = f"{fsdp}.offload_policy"
+        if role == "actor" and self.r.has(policy_key):
+            on = as_bool(policy_key, self.r.get(policy_key, None))
+            self.rec.map(policy_key, on, "FSDP2 CPU offload of params and optimizer" if on else "no CPU offload")
+            lay.update(offload_params=on, offload_optimizer=on)
+        return lay
+
+    def _megatron(self, role: str) -> dict[str, Any]:
+        base = ROLE_BASE[role]
+        vals: dict[str, Any] = {}
+        for field, default in MEGATRON_DEFAULTS.items():
+            if role == "ref":  # the reference inherits the actor's Megatron layout unless set
+                default = self.r.flat.get(f"{ACTOR}.megatron.{field}", default)
+            key = f"{base}.megatron.{field}"
+            vals[field] = self.r.get(key, default)
+            if self.r.has(key):
+                self.rec.map(key, vals[field], f"{role} {field}")
+        for which in ("param_offload", "grad_offload", "optimizer_offload"):
+            k = f"{base}.megatron.{which}"
+            if self.r.has(k):
+                on = as_bool(k, self.r.get(k, None))
+                self.offload |= on
+                self.rec.map(k, on, "offload_between_phases" if on else "states stay on GPU")
+        m = f"{base}.megatron"
+        vpp = vals["virtual_pipeline_model_parallel_size"]
+        lay: dict[str, Any] = {
+            "tp": as_int(f"{m}.tensor_model_parallel_size", vals["tensor_model_parallel_size"]),
+            "pp": as_int(f"{m}.pipeline_model_parallel_size", vals["pipeline_model_parallel_size"]),
+            "cp": as_int(f"{m}.context_parallel_size", vals["context_parallel_size"]),
+            "cp_kind": "ring",
+            "ep": as_int(f"{m}.expert_model_parallel_size", vals["expert_model_parallel_size"]),
+            "sequence_parallel": as_bool(f"{m}.sequence_parallel", vals["sequence_parallel"]),
+            "zero_stage": 1 if as_bool(f"{m}.use_distributed_optimizer", vals["use_distributed_optimizer"]) else 0,
+        }
+        if vpp is not None and as_int(f"{m}.virtual_pipeline_model_parallel_size", vpp) > 1:
+            lay.update(pp_schedule="interleaved", virtual_stages=as_int(f"{m}.virtual_pipeline_model_parallel_size", vpp))
+        return lay
+
+    def _micro(self, role: str) -> dict[str, Any]:
+        base = ROLE_BASE[role]
+        micro_k, dyn_k, tok_k = (f"{base}.{k}" for k in ROLE_MICRO[role])
+        actor_micro, actor_dyn, actor_tok = (f"{ACTOR}.{k}" for k in ROLE_MICRO["actor"])
+        fallback = {  # verl's oc.select defaults: forward-only roles follow the actor or critic
+            "ref": (actor_micro, actor_dyn, actor_tok),
+            "reward_model": ("critic.ppo_micro_batch_size_per_gpu", "critic.use_dynamic_bsz", "critic.ppo_max_token_len_per_gpu"),
+            "critic": (None, actor_dyn, None),
+        }.get(role, (None, None, None))
+        dyn = as_bool(dyn_k, self.r.get(dyn_k, self._fallback(fallback[1], DEFAULTS.get(dyn_k, False))))
+        out: dict[str, Any] = {}
+        if dyn:
+            tok = as_int(tok_k, self.r.get(tok_k, self._fallback(fallback[2], DEFAULTS.get(tok_k, 16384))))
+            self.rec.map(dyn_k, dyn, f"{role} dynamic batching")
+            self.rec.map(tok_k, tok, f"{role} max_tokens_per_microbatch")
+            out["max_tokens_per_microbatch"] = tok
+        else:
+            self.r.touch(tok_k)
+            self.rec.map(dyn_k, dyn, f"{role} fixed micro-batches")
+        micro = self.r.get(micro_k, self._fallback(fallback[0], None))
+        if micro is None:
+            if not dyn:
+                self.rec.default(micro_k, "null", "rlperf uses 1 sequence per micro-batch")
+            micro = 1
+        else:
+            self.rec.map(micro_k, micro, f"{role} micro_batch_size")
+        out["micro_batch_size"] = as_int(micro_k, micro)
+        return out
+
+    def _fallback(self, key: str | None, default: Any) -> Any:
+        if key is None:
+            return default
+        return self.r.flat.get(key, DEFAULTS.get(key, default))
+
+    def _recompute(self, role: str, strategy: str) -> str:
+        if strategy == "megatron":
+            key = f"{ROLE_BASE[role]}.megatron.override_transformer_config.recompute_granularity"
+            gran = self.r.get(key, None)
+            if gran is not None:
+                self.rec.map(key, gran, f"{role} recompute")
+            return str(gran) if gran in ("full", "selective") else "none"
+        key = ROLE_RECOMPUTE[role]
+        on = as_bool(key, self.get(key))
+        self.rec.map(key, on, "recompute full" if on else "no recompute")
+        return "full" if on else "none"
+
+    # ------------------------------------------------------------------ rollout and mode
+    def _engine(self, gpus: int) -> dict[str, Any]:
+        name = str(self.get(f"{ROLLOUT}.name"))
+        if name in ("vllm", "sglang"):
+            self.rec.map(f"{ROLLOUT}.name", name, "continuous-batching engine")
+        else:
+            self.rec.unsupported_key(f"{ROLLOUT}.name", name, "costed as a vLLM-like engine")
+        tp = self.get_int(f"{ROLLOUT}.tensor_model_parallel_size", "engine tp")
+        pp = as_int(f"{ROLLOUT}.pipeline_model_parallel_size", self.r.get(f"{ROLLOUT}.pipeline_model_parallel_size", 1))
+        ep = as_int(f"{ROLLOUT}.expert_parallel_size", self.r.get(f"{ROLLOUT}.expert_parallel_size", 1))
+        for key, value in (("pipeline_model_parallel_size", pp), ("expert_parallel_size", ep)):
+            if self.r.has(f"{ROLLOUT}.{key}"):
+                self.rec.map(f"{ROLLOUT}.{key}", value, f"engine {key.split('_')[0]}")
+        if gpus % (tp * pp) != 0:
+            raise SpecError(f"{ROLLOUT}.tensor_model_parallel_size", f"tp·pp = {tp * pp} does not divide the {gpus} rollout GPUs")
+        dtype_key = f"{ROLLOUT}.dtype"
+        dtype = ENGINE_DTYPES.get(str(self.get(dtype_key)))
+        if dtype is None:
+            self.rec.unsupported_key(dtype_key, self.r.flat.get(dtype_key), "costed in bf16")
+            dtype = "bf16"
+        else:
+            self.rec.map(dtype_key, self.r.flat.get(dtype_key, "bfloat16"), f"engine dtype {dtype}")
+        prefix_keys = (f"{ROLLOUT}.engine_kwargs.vllm.enable_prefix_caching", f"{ROLLOUT}.enable_prefix_caching")
+        prefix_key, prefix_value = self.r.first(prefix_keys, True, "vLLM caches prefixes by default")
+        prefix = as_bool(prefix_key, prefix_value)
+        self.rec.map(prefix_key, prefix, "prefix_sharing")
+        return {
+            "tp": tp,
+            "pp": pp,
+            "ep": ep,
+            "replicas": gpus // (tp * pp),
+            "gpu_memory_utilization": as_float(f"{ROLLOUT}.gpu_memory_utilization", self._mapped(f"{ROLLOUT}.gpu_memory_utilization", "engine memory share")),
+            "max_num_seqs": self.get_int(f"{ROLLOUT}.max_num_seqs", "engine max sequences"),
+            "max_num_batched_tokens": self.get_int(f"{ROLLOUT}.max_num_batched_tokens", "engine chunked-prefill budget"),
+            "prefix_sharing": prefix,
+            "dtype": dtype,
+        }
+
+    def _mapped(self, key: str, note: str) -> Any:
+        value = self.get(key)
+        self.rec.map(key, value, note)
+        return value
+
+    def _mode(self, recipe: str) -> dict[str, Any]:
+        if recipe == "main":
+            return {"kind": "sync"}
+        if recipe == "one_step_off":
+            return {"kind": "one_step_off"}
+        key = "async_training.staleness_threshold"
+        t = as_float(key, self.get(key))
+        partial_key = "async_training.partial_rollout"
+        if t <= 0:
+            self.rec.map(key, t, "synchronous (rollouter waits for each sync)")
+            if self.r.has("async_training.trigger_parameter_sync_step") and self.get("async_training.trigger_parameter_sync_step") != 1:
+                self.rec.assume("mini-batches streaming into training within one sync period are costed as synchronous")
+            return {"kind": "sync"}
+        staleness = math.ceil(t)
+        self.rec.map(key, t, f"async, staleness {staleness} (ceil of the threshold)")
+        partial = self.r.get(partial_key, None)
+        if partial is not None and as_bool(partial_key, partial):
+            self.rec.unsupported_key(partial_key, True, "interrupt-and-resume at weight syncs is not modelled (costed as async)")
+        elif partial is not None:
+            self.rec.map(partial_key, False, "no interrupted rollouts")
+        return {"kind": "async", "staleness": staleness}

@@ -1,0 +1,155 @@
+"""OpenRLHF import and export: example command lines (written from train_ppo_ray's documented
+arguments), field by field; round trips import -> export -> import; nothing dropped silently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import rlperf.frameworks
+from rlperf.errors import SpecError
+from rlperf.frameworks import export_openrlhf, import_openrlhf, load_framework_config
+from rlperf.frameworks.openrlhf_import import parse_args, split_args
+from rlperf.scenario import list_scenarios, load_scenario_spec, resolve_workload
+
+EX = Path(rlperf.frameworks.__file__).parent / "examples"
+PPO = EX / "openrlhf_ppo_llama3.1_8b.sh"
+HYBRID = EX / "openrlhf_grpo_qwen2.5_7b_hybrid.sh"
+ASYNC = EX / "openrlhf_reinforce_async.sh"
+BASE = "--pretrain Qwen/Qwen2.5-7B --remote_rm_url http://x --advantage_estimator group_norm"
+
+
+def keys(notes: tuple) -> set[str]:  # type: ignore[type-arg]
+    return {n.key for n in notes}
+
+
+def test_ppo_separate_groups_field_by_field() -> None:
+    spec, rep = load_framework_config("openrlhf", PPO, [])
+    assert (spec.name, spec.model) == ("openrlhf-ppo-llama3.1-8b", "Llama-3.1-8B")
+    a = spec.algorithm
+    assert (a.name, a.epochs, a.minibatches) == ("PPO", 1, 4)  # 512 x 1 samples / 128
+    assert (a.reward.kind, a.reward.model, a.critic_model) == ("model", "Llama-3.1-8B", None)
+    assert (spec.cluster.num_nodes, spec.cluster.gpus_per_node) == (5, 8)
+    p = spec.plan.placement
+    assert p.kind == "hybrid"
+    assert {q.name: q.num_gpus for q in p.pools} == {"rollout": 8, "actor": 8, "ref": 8, "critic": 8, "reward": 8}
+    assert p.assign == {"generate": "rollout", "actor": "actor", "ref": "ref", "critic": "critic", "reward_model": "reward"}
+    e = spec.plan.rollout
+    assert (e.tp, e.replicas, e.gpu_memory_utilization, e.prefix_sharing) == (2, 4, 0.9, False)
+    lay = spec.plan.layouts["actor"]
+    assert (lay.dp, lay.zero_stage, lay.recompute, lay.micro_batch_size, lay.cp_kind) == (8, 3, "full", 4, "ring")
+    assert set(spec.plan.layouts) == {"actor"}  # every group has 8 GPUs: same layout
+    w = resolve_workload(spec.workload)
+    assert (w.prompts_per_step, w.group_size, w.max_prompt_tokens, w.max_response_tokens) == (512, 1, 1024, 2048)
+    assert spec.plan.mode.kind == "sync" and not spec.plan.offload_between_phases
+    assert keys(rep.unsupported) == {"--micro_rollout_batch_size"}
+    assert not rep.unknown
+    ignored = {n.key: n.note for n in rep.ignored}
+    assert "optimizer" in ignored["--actor_learning_rate"] and "--save_path" in ignored
+    assert any("Llama-3.1-8B-rm" in a for a in rep.assumptions)  # the RM checkpoint read as its base
+
+
+def test_hybrid_engine_grpo() -> None:
+    spec, rep = load_framework_config("openrlhf", HYBRID, [])
+    assert spec.plan.placement.kind == "colocated"
+    assert (spec.cluster.num_nodes, spec.cluster.gpus_per_node) == (2, 8)
+    assert spec.algorithm.name == "GRPO" and spec.algorithm.minibatches == 4  # 256 x 8 / 512
+    assert spec.algorithm.reward.kind == "rule"
+    e = spec.plan.rollout
+    assert (e.tp, e.replicas, e.gpu_memory_utilization, e.prefix_sharing) == (2, 8, 0.6, True)
+    lay = spec.plan.layouts["actor"]
+    assert (lay.dp, lay.cp, lay.cp_kind, lay.max_tokens_per_microbatch, lay.micro_batch_size) == (8, 2, "ring", 32768, 2)
+    assert spec.plan.offload_between_phases
+    assert keys(rep.unknown) == {"--my_unknown_option"}
+    assert keys(rep.unsupported) == {"--micro_rollout_batch_size", "--ring_head_stride"}
+
+
+def test_async_with_actor_ref_colocated() -> None:
+    spec, rep = load_framework_config("openrlhf", ASYNC.read_text(), [])
+    p = spec.plan
+    assert (p.placement.kind, p.placement.rollout_gpus) == ("disaggregated", 8)
+    assert (p.mode.kind, p.mode.staleness) == ("async", 2)
+    assert spec.algorithm.name == "REINFORCE++"
+    lay = p.layouts["actor"]
+    assert (lay.zero_stage, lay.offload_optimizer, lay.recompute) == (2, True, "full")
+    assert keys(rep.unsupported) == {"--enforce_eager"}
+    ignored = {n.key: n.note for n in rep.ignored}
+    assert ignored["--ref_num_nodes"] == "has no effect in this configuration"  # --colocate_actor_ref
+
+
+@pytest.mark.parametrize("path", [PPO, HYBRID, ASYNC])
+def test_import_export_import_is_identity(path: Path) -> None:
+    spec, _ = load_framework_config("openrlhf", path, [], gpu="B200")
+    exported = export_openrlhf(spec)
+    again, report = import_openrlhf(list(exported.args), gpu="B200")
+    assert again == spec
+    assert not report.unknown and not exported.not_expressible
+    assert exported.prefix == ("python3", "-m", "openrlhf.cli.train_ppo_ray")
+
+
+@pytest.mark.parametrize("name", list_scenarios())
+def test_export_of_shipped_scenarios_is_stable(name: str) -> None:
+    try:
+        spec = load_scenario_spec(name)
+    except SpecError:
+        pytest.skip(f"{name} does not load")
+    first = export_openrlhf(spec)
+    once, report = import_openrlhf(list(first.args), gpu=spec.cluster.gpu)
+    assert not report.unknown
+    twice, _ = import_openrlhf(list(export_openrlhf(once).args), gpu=spec.cluster.gpu)
+    assert twice == once
+
+
+def test_not_expressible_parts_are_listed() -> None:
+    partial = " | ".join(export_openrlhf(load_scenario_spec("grpo-qwen2.5-7b-partial-rollout")).not_expressible)
+    assert "partial rollout" in partial
+    fusion = " | ".join(export_openrlhf(load_scenario_spec("ppo-qwen2.5-7b-fusion")).not_expressible)
+    assert "stage fusion" in fusion
+    hybrid = " | ".join(export_openrlhf(load_scenario_spec("ppo-qwen2.5-7b-hybrid")).not_expressible)
+    assert "critic on the actor's GPUs" in hybrid or "share a pool" in hybrid
+    spec = load_scenario_spec("grpo-qwen2.5-7b-colocated-sync")
+    lay = spec.plan.layouts["actor"].model_copy(update={"pp": 2, "cp": 2, "cp_kind": "ulysses"})
+    odd = spec.model_copy(update={"plan": spec.plan.model_copy(update={"layouts": {"actor": lay}})})
+    missing = " | ".join(export_openrlhf(odd).not_expressible)
+    assert "pipeline parallelism" in missing and "Ulysses" in missing
+    remax = spec.model_copy(update={"algorithm": spec.algorithm.model_copy(update={"name": "ReMax"})})
+    assert any("ReMax" in m for m in export_openrlhf(remax).not_expressible)
+
+
+def test_argument_parsing() -> None:
+    tokens = split_args("ray job submit --address=x -- python3 -m openrlhf.cli.train_ppo_ray --a 1 --flag --b=2 --eps_clip_low_high 0.2 0.28")
+    assert tokens[0] == "--a"
+    assert parse_args(tokens) == {"a": "1", "flag": True, "b": "2", "eps_clip_low_high": ["0.2", "0.28"]}
+    assert split_args(["--x", "1"]) == ["--x", "1"]
+
+
+def test_estimators_and_kl() -> None:
+    for est, extra, name in (
+        ("gae", "--reward_pretrain Qwen/Qwen2.5-7B --remote_rm_url ''", "PPO"),
+        ("rloo", "", "RLOO"),
+        ("dr_grpo", "--init_kl_coef 0", "Dr.GRPO"),
+        ("group_norm", "--dynamic_filtering --init_kl_coef 0", "DAPO"),
+        ("group_norm", "--policy_loss_type gspo --init_kl_coef 0", "GSPO"),
+        ("reinforce_baseline", "", "REINFORCE++"),
+    ):
+        spec, _ = import_openrlhf(f"--pretrain Qwen/Qwen2.5-7B --remote_rm_url http://x --advantage_estimator {est} {extra}")
+        assert spec.algorithm.name == name, est
+    # GRPO without a reference (init_kl_coef 0): rlperf's GRPO runs one, so it is listed
+    _, rep = import_openrlhf(f"{BASE} --init_kl_coef 0")
+    assert "--init_kl_coef" in keys(rep.unsupported)
+
+
+def test_errors_name_the_flag() -> None:
+    with pytest.raises(SpecError, match="--pretrain: missing"):
+        import_openrlhf("--remote_rm_url http://x")
+    with pytest.raises(SpecError, match=r"--train_batch_size: 100 does not divide"):
+        import_openrlhf(f"{BASE} --rollout_batch_size 64 --n_samples_per_prompt 4 --train_batch_size 100")
+    with pytest.raises(SpecError, match=r"--advantage_estimator: unknown 'ppo2'"):
+        import_openrlhf("--pretrain Qwen/Qwen2.5-7B --remote_rm_url http://x --advantage_estimator ppo2")
+    with pytest.raises(SpecError, match=r"--vllm_num_engines: 3 x tp 1 != actor GPUs 8"):
+        import_openrlhf(f"{BASE} --colocate_all_models --vllm_num_engines 3")
+    with pytest.raises(SpecError, match="--reward_pretrain: missing"):
+        import_openrlhf("--pretrain Qwen/Qwen2.5-7B")
+    with pytest.raises(SpecError, match="framework: unknown config kind 'nemo'"):
+        load_framework_config("nemo", "x", [])

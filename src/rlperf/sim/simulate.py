@@ -205,9 +205,12 @@ class Simulator:
             )
             milestones = self._milestones(it, rnd, out)
             track = f"{pool}"
+            stage = "generate_greedy" if greedy else "generate"
+            # Engine segments are named "<stage>/<prefill|decode>", one track per replica.
             segs = tuple(
-                Segment(f"{track}/{s.track}", s.name, now + s.start_s, now + s.end_s, s.gpus, it, s.args) for s in out.segments
-            ) or (Segment(track, "generate", now, now + duration, gpus, it),)
+                Segment(f"{track}/{s.track}", f"{stage}/{s.name}", now + s.start_s, now + s.end_s, s.gpus, it, s.args)
+                for s in out.segments
+            ) or (Segment(track, stage, now, now + duration, gpus, it),)
             return TaskRun(duration_s=duration, releases=releases, milestones=milestones, segments=segs)
 
         return run

@@ -36,7 +36,7 @@ def chrome_trace(segments: Iterable[Segment], title: str = "rlperf") -> dict[str
         args.update({k: v for k, v in s.args})
         events.append({
             "name": s.name,
-            "cat": s.name.split("#", 1)[0],
+            "cat": s.name.split("/", 1)[0],
             "ph": "X",
             "ts": round(s.start_s * 1e6, 3),
             "dur": round(max(0.0, s.end_s - s.start_s) * 1e6, 3),

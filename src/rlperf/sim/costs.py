@@ -1,0 +1,202 @@
+"""The analytic stage costs of a resolved scenario, behind the simulator's StageCosts protocol.
+
+Each call is given the number of GPUs the simulator granted; the layouts of the plan fix the
+model-parallel degrees (tp, pp, cp, ep) and the data-parallel degree follows from the GPUs:
+``dp = gpus // (tp·pp·cp)`` for training and forward passes, ``replicas = gpus // (tp·pp)``
+for the rollout engine (the plan's ``replicas`` and ``dp`` fields are ignored here).
+
+A pool of ``g`` GPUs is costed as its own cluster: one node when ``g`` fits in a node, else
+``g / n`` nodes of ``n`` GPUs with ``n`` the largest divisor of ``g`` not above the node size.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from rlperf.errors import SpecError
+from rlperf.scenario import Scenario
+from rlperf.sim.interface import RolloutBatch, RolloutOutcome
+from rlperf.sim.kernel import Segment
+from rlperf.specs.hardware import Cluster
+from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout, check_train_layout
+from rlperf.stages.base import StageCost
+
+
+class AnalyticCosts:
+    def __init__(self, sc: Scenario) -> None:
+        self.sc = sc
+        self.plan = sc.plan
+        self._clusters: dict[int, Cluster] = {}
+        for role in ("actor", "critic", "ref", "reward_model", "prm"):
+            check_train_layout(sc.models[role], self.plan.layout_for(role), prefix=f"plan.layouts.{role}")
+        check_engine_layout(sc.models["actor"], self.plan.rollout, prefix="plan.rollout")
+        self._engine_cache: dict[int, tuple[EngineLayout, int]] = {}
+
+    # ------------------------------------------------------------------ resources
+    def cluster(self, gpus: int) -> Cluster:
+        c = self._clusters.get(gpus)
+        if c is None:
+            node = self.sc.cluster.gpus_per_node
+            per_node = gpus if gpus <= node else max(d for d in range(1, node + 1) if gpus % d == 0)
+            c = self.sc.cluster.model_copy(update={"num_nodes": gpus // per_node, "gpus_per_node": per_node})
+            self._clusters[gpus] = c
+        return c
+
+    def _train_layout(self, role: str, gpus: int) -> TrainLayout:
+        lay = self.plan.layout_for(role)
+        mp = lay.tp * lay.pp * lay.cp
+        dp = gpus // mp
+        if dp < 1:
+            raise SpecError(f"plan.layouts.{role}", f"tp·pp·cp = {mp} exceeds the {gpus} GPUs of its pool")
+        if (dp * lay.cp) % lay.ep != 0:
+            raise SpecError(f"plan.layouts.{role}.ep", f"{lay.ep} does not divide dp·cp = {dp * lay.cp} on {gpus} GPUs")
+        return lay.model_copy(update={"dp": dp})
+
+    def _engine(self, gpus: int) -> EngineLayout:
+        lay = self.plan.rollout
+        replicas = gpus // (lay.tp * lay.pp)
+        if replicas < 1:
+            raise SpecError("plan.rollout", f"tp·pp = {lay.tp * lay.pp} exceeds the {gpus} rollout GPUs")
+        return lay.model_copy(update={"replicas": replicas})
+
+    def min_gpus(self, key: str) -> int:
+        if key == "generate":
+            return self.plan.rollout.tp * self.plan.rollout.pp
+        lay = self.plan.layout_for(key)
+        return lay.tp * lay.pp * lay.cp
+
+    def hbm_bytes(self) -> float:
+        return self.sc.cluster.accelerator.hbm_bytes
+
+    def engine_memory_bytes(self, gpus: int) -> float:
+        # The engine pre-allocates gpu_memory_utilization of HBM for weights, workspace and KV.
+        return self.plan.rollout.gpu_memory_utilization * self.hbm_bytes()
+
+    # ------------------------------------------------------------------ stages
+    def rollout(self, batch: RolloutBatch, gpus: int, token_budget: int | None) -> RolloutOutcome:
+        from rlperf.stages.rollout import RolloutOptions, RolloutRequests, simulate_rollout
+
+        engine = self._engine(gpus)
+        used = engine.num_gpus
+        reqs = RolloutRequests.build(batch.prompt_tokens, batch.target_tokens, batch.group_ids, batch.generated_tokens)
+        opts = RolloutOptions(token_budget_per_request=token_budget)
+        r = simulate_rollout(self.sc.models["actor"], self.cluster(used), engine, reqs, opts)
+        cost = StageCost(
+            name="generate",
+            time_s=r.makespan_s,
+            num_gpus=used,
+            work_s=r.work_s,
+            depth_s=r.depth_s,
+            flops=r.total_flops,
+            hbm_bytes=r.total_hbm_bytes,
+            peak_memory_bytes=self.engine_memory_bytes(used),
+            breakdown=(("decode_depth", r.decode_depth_s), ("tail", r.tail_s)),
+        )
+        segs = _merge_segments(r.segments, engine.gpus_per_replica)
+        return RolloutOutcome(
+            cost=cost,
+            finish_s=np.asarray(r.finish_time_s, dtype=np.float64),
+            generated_tokens=np.asarray(r.generated_tokens, dtype=np.int64),
+            replica_finish_s=np.asarray(r.replica_finish_s, dtype=np.float64),
+            gpus_per_replica=engine.gpus_per_replica,
+            tail_s=r.tail_s,
+            segments=segs,
+        )
+
+    def forward(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str) -> StageCost:
+        from rlperf.stages.forward import forward_pass
+
+        lay = self._train_layout(role, gpus)
+        head = "value" if role == "critic" else "logprobs"
+        return forward_pass(self.sc.models[role], self.cluster(lay.world_size), lay, seq_tokens, name=name, head=head)
+
+    def train(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str) -> StageCost:
+        from rlperf.stages.train import train_step
+
+        lay = self._train_layout(role, gpus)
+        return train_step(
+            self.sc.models[role], self.cluster(lay.world_size), lay, seq_tokens,
+            num_minibatches=self.sc.minibatches, epochs=self.sc.epochs, name=name,
+            head="value" if role == "critic" else "logprobs",
+        )
+
+    def reward(self, seq_tokens: np.ndarray, gpus: int) -> StageCost:
+        spec = self.sc.spec.algorithm.reward
+        n = len(seq_tokens)
+        if spec.kind == "model":
+            return self.forward("reward_model", seq_tokens, gpus, "reward")
+        if spec.kind == "rule":
+            # n verifications on w CPU workers: ceil(n / w) rounds of cpu_s_per_sample.
+            t = math.ceil(n / spec.cpu_workers) * spec.cpu_s_per_sample
+            return StageCost("reward", t, 1, work_s=0.0, depth_s=spec.cpu_s_per_sample if n else 0.0)
+        lat = _sandbox_latencies(n, spec.sandbox_median_s, spec.sandbox_sigma)
+        t = _list_schedule_makespan(lat, spec.cpu_workers)
+        return StageCost("reward", t, 1, work_s=0.0, depth_s=float(lat.max(initial=0.0)))
+
+    def weight_sync(self, rollout_gpus: int, train_gpus: int, same_pool: bool) -> StageCost:
+        from rlperf.stages import weight_sync as ws
+
+        actor = self.sc.models["actor"]
+        lay = self._train_layout("actor", train_gpus)
+        engine = self._engine(rollout_gpus)
+        if same_pool:
+            return ws.reshard_colocated(actor, self.cluster(train_gpus), lay, engine)
+        return ws.broadcast_disaggregated(actor, self.cluster(rollout_gpus + train_gpus), lay, engine)
+
+    def phase_switch(self, gpus: int, to: str) -> StageCost:
+        from rlperf.stages import weight_sync as ws
+
+        lay = self._train_layout("actor", gpus)
+        return ws.offload_switch(self.sc.models["actor"], self.cluster(gpus), lay, to=to)
+
+
+def _merge_segments(segments: tuple, gpus_per_replica: int) -> tuple[Segment, ...]:  # type: ignore[type-arg]
+    """Rollout timeline segments, merged per replica into runs of the same kind (a trace with one
+    span per engine step would be huge); each keeps the mean batch size of its steps."""
+    out: list[Segment] = []
+    by_rep: dict[int, list] = {}  # type: ignore[type-arg]
+    for s in segments:
+        by_rep.setdefault(s.replica, []).append(s)
+    for rep in sorted(by_rep):
+        runs = by_rep[rep]
+        cur = runs[0]
+        start, end, kind = cur.start_s, cur.end_s, cur.kind
+        wsum, tsum = cur.batch_size * (cur.end_s - cur.start_s), cur.end_s - cur.start_s
+        for s in runs[1:]:
+            gap = s.start_s - end
+            if s.kind == kind and gap <= 1e-9 and (end - start) < 5.0:
+                end = s.end_s
+                wsum += s.batch_size * (s.end_s - s.start_s)
+                tsum += s.end_s - s.start_s
+                continue
+            out.append(Segment(f"replica-{rep}", kind, start, end, gpus_per_replica, 0, (("mean_batch", wsum / tsum if tsum else 0.0),)))
+            start, end, kind = s.start_s, s.end_s, s.kind
+            wsum, tsum = s.batch_size * (s.end_s - s.start_s), s.end_s - s.start_s
+        out.append(Segment(f"replica-{rep}", kind, start, end, gpus_per_replica, 0, (("mean_batch", wsum / tsum if tsum else 0.0),)))
+    return tuple(out)
+
+
+@lru_cache(maxsize=64)
+def _sandbox_cached(n: int, median_s: float, sigma: float) -> tuple[float, ...]:
+    rng = np.random.default_rng([n, 7])
+    return tuple(median_s * np.exp(sigma * rng.standard_normal(n)))
+
+
+def _sandbox_latencies(n: int, median_s: float, sigma: float) -> np.ndarray:
+    return np.asarray(_sandbox_cached(n, median_s, sigma))
+
+
+def _list_schedule_makespan(latencies: np.ndarray, workers: int) -> float:
+    """Greedy list scheduling of jobs in arrival order on ``workers`` identical workers."""
+    if len(latencies) == 0:
+        return 0.0
+    import heapq
+
+    free = [0.0] * min(workers, len(latencies))
+    for lat in latencies:
+        t = heapq.heappop(free)
+        heapq.heappush(free, t + float(lat))
+    return max(free)

@@ -19,7 +19,7 @@ from rlperf.sim.kernel import Segment
 from rlperf.sim.result import SimResult
 
 MAX_TIMELINE_TRACKS = 40  # rows of the Gantt chart; beyond it, the slowest rollout replicas are kept
-GIB = 2.0**30
+GB = 1e9  # decimal, as the hardware catalog and the CLI tables (80 GB HBM)
 _PALETTE = tuple(qualitative.Plotly) + tuple(qualitative.D3) + tuple(qualitative.Set3)
 
 
@@ -160,25 +160,25 @@ def memory_figure(evals: Sequence[PlanEvaluation], names: Sequence[str]) -> go.F
         assert e.sim is not None
         for p in e.sim.pools:
             rows.append(f"{name} · pool {p.name} ({p.num_gpus} GPUs)")
-            peak.append(p.peak_memory_bytes / GIB)
-            cap.append(p.capacity_bytes / GIB)
+            peak.append(p.peak_memory_bytes / GB)
+            cap.append(p.capacity_bytes / GB)
             util.append(p.utilization)
     fig = go.Figure()
     fig.add_trace(go.Bar(
         name="peak memory per GPU", orientation="h", y=rows, x=peak,
         marker={"color": ["#d62728" if a > c else "#1f77b4" for a, c in zip(peak, cap)]},
         customdata=[[c, u] for c, u in zip(cap, util)],
-        hovertemplate="%{y}<br>peak %{x:.1f} GiB of %{customdata[0]:.1f} GiB<br>utilization %{customdata[1]:.0%}<extra></extra>",
+        hovertemplate="%{y}<br>peak %{x:.1f} GB of %{customdata[0]:.1f} GB<br>utilization %{customdata[1]:.0%}<extra></extra>",
     ))
     fig.add_trace(go.Scatter(
         name="capacity (HBM per GPU)", y=rows, x=cap, mode="markers",
         marker={"symbol": "line-ns-open", "size": 22, "color": "black", "line": {"width": 3}},
-        hovertemplate="%{y}<br>capacity %{x:.1f} GiB<extra></extra>",
+        hovertemplate="%{y}<br>capacity %{x:.1f} GB<extra></extra>",
     ))
     if cap and max(cap) == min(cap):
         fig.add_vline(x=cap[0], line={"dash": "dash", "width": 1.5, "color": "black"})
     fig.update_layout(
-        height=150 + 30 * max(len(rows), 1), xaxis={"title": {"text": "GiB per GPU"}, "rangemode": "tozero"},
+        height=150 + 30 * max(len(rows), 1), xaxis={"title": {"text": "GB per GPU"}, "rangemode": "tozero"},
         yaxis={"autorange": "reversed", "automargin": True}, margin={"l": 10, "r": 10, "t": 30, "b": 40},
         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom"},
     )

@@ -99,3 +99,50 @@ def test_cli_export_lists_what_cannot_be_said() -> None:
     assert "python3 -m" in res.output and "not expressible: hybrid pools" in res.output
     res = CliRunner().invoke(app, ["export", "grpo-qwen2.5-7b-colocated-sync", "--to", "openrlhf"])
     assert res.exit_code == 0 and "--colocate_all_models" in res.output
+
+
+# ---------------------------------------------------------------------- with the analytic costs
+IMPORTED = [
+    ("verl", "verl_grpo_qwen2.5_7b.yaml", "verl_grpo_qwen2.5_7b.overrides"),
+    ("verl", "verl_ppo_megatron_qwen2.5_32b.yaml", None),
+    ("verl", "verl_grpo_fully_async.yaml", None),
+    ("verl", "verl_one_step_off.overrides", None),
+    ("openrlhf", "openrlhf_ppo_llama3.1_8b.sh", None),
+    ("openrlhf", "openrlhf_grpo_qwen2.5_7b_hybrid.sh", None),
+]
+
+
+@pytest.mark.parametrize("kind,config,overrides", IMPORTED)
+def test_imported_examples_simulate(kind: str, config: str, overrides: str | None) -> None:
+    from rlperf.frameworks import load_framework_config, read_overrides
+    from rlperf.scenario import resolve
+    from rlperf.sim.run import run_scenario
+
+    spec, _ = load_framework_config(kind, EX / config, read_overrides(EX / overrides) if overrides else [])
+    spec = spec.model_copy(update={"simulation": spec.simulation.model_copy(update={"iterations": 2, "warmup": 1})})
+    r = run_scenario(resolve(spec))
+    assert r.step_time_s > 0 and r.num_gpus == resolve(spec).cluster.num_gpus
+    assert r.placement == spec.plan.placement.kind
+
+
+def test_cpu_adam_without_a_measured_rate_is_rejected_by_name() -> None:
+    """OpenRLHF's --adam_offload becomes a CPU optimizer; the cost model needs a measured CPU Adam
+    rate in the hardware profile, and compare/plan report the rejection instead of guessing."""
+    from rlperf.frameworks import load_framework_config
+    from rlperf.scenario import resolve
+    from rlperf.sim.run import run_scenario
+
+    spec, _ = load_framework_config("openrlhf", EX / "openrlhf_reinforce_async.sh", [])
+    assert spec.plan.layouts["actor"].offload_optimizer
+    with pytest.raises(SpecError, match="cpu_adam"):
+        run_scenario(resolve(spec))
+
+
+def test_compare_with_analytic_costs() -> None:
+    runs = compare_frameworks(small(), ["verl", "AReaL", "TRL", "ReaL"])
+    by = {r.framework: r for r in runs}
+    assert by["ReaL"].result is None
+    for name in ("verl", "AReaL", "TRL"):
+        r = by[name].result
+        assert r is not None and r.step_time_s > 0 and r.num_gpus == 64, by[name].reason
+        assert r.placement == ("disaggregated" if name == "AReaL" else "colocated")

@@ -181,3 +181,12 @@ def list_frameworks() -> list[FrameworkPreset]:
     for preset in _REGISTRY.values():
         seen.setdefault(preset.name, preset)
     return list(seen.values())
+
+
+def matrix_markdown() -> str:
+    """The support matrix as a Markdown table (docs/frameworks.md embeds it; a test keeps it current)."""
+    titles = [STRATEGY_TITLES[s] for s in STRATEGIES]
+    lines = ["| framework | " + " | ".join(titles) + " |", "|---|" + "---|" * len(titles)]
+    for p in list_frameworks():
+        lines.append(f"| {p.name} | " + " | ".join(MARKS[p.supports(s).level] for s in STRATEGIES) + " |")
+    return "\n".join(lines)

@@ -129,13 +129,14 @@ def compare_cmd(
 def import_cmd(
     kind: str = typer.Argument(..., help="verl or openrlhf"),
     config: str = typer.Argument(..., help="verl: YAML or overrides file; OpenRLHF: a file holding the command line"),
-    overrides: list[str] = typer.Argument(None, help="verl: Hydra overrides (key=value); OpenRLHF: more --args"),
+    overrides: list[str] = typer.Argument(None, help="verl: Hydra overrides (key=value); OpenRLHF: more arguments after `--`"),
     gpu: str = typer.Option("H100", help="accelerator (framework configs do not name it)"),
     mean_response_tokens: float = typer.Option(0.0, help="mean response length if known (0: cap/3)"),
     out: Path = typer.Option(None, "--out", help="write the scenario YAML here"),
 ) -> None:
     """Import a verl config or an OpenRLHF command line as an rlperf scenario; list every key not mapped."""
     import yaml
+    from rich.markup import escape
 
     from rlperf.frameworks.load import load_framework_config
 
@@ -146,12 +147,14 @@ def import_cmd(
     ):
         if notes:
             t = table(title, "key", "value", "note")
+            for column in t.columns:
+                column.justify, column.overflow = "left", "fold"
             for n in notes:
-                t.add_row(n.key, n.value, n.note, style=style)
+                t.add_row(escape(n.key), escape(n.value), escape(n.note), style=style)
             console.print(t)
     console.print(f"mapped {len(report.mapped)}, defaulted {len(report.defaulted)}, ignored by design {len(report.ignored)} keys")
     for a in report.assumptions:
-        console.print(f"assumed: {a}")
+        console.print(f"assumed: {escape(a)}")
     text = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
     if out is None:
         typer.echo(text)

@@ -41,8 +41,9 @@ def _natural(s: str) -> tuple[object, ...]:
 
 def segment_stage(seg: Segment) -> str:
     """The legend entry of a segment: its stage, or ``generate · <kind>`` for the per-replica
-    spans of a rollout (tracks ``<pool>/replica-<i>``, named by the engine step kind)."""
-    return f"generate · {seg.name}" if "/" in seg.track else seg.name
+    spans of a rollout (tracks ``<pool>/replica-<i>``, named by the engine step kind, possibly
+    as ``generate/<kind>``)."""
+    return f"generate · {seg.name.removeprefix('generate/')}" if "/" in seg.track else seg.name
 
 
 def steady_segments(sim: SimResult) -> list[Segment]:

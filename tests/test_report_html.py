@@ -36,6 +36,7 @@ from rlperf.plan.search import PlanEvaluation, PlanSearchResult, _pareto
 from rlperf.plan.space import Rejected
 from rlperf.report.html import REPORT_NAME, write_report
 from rlperf.scenario import Scenario, load_scenario
+from rlperf.sim.kernel import Segment
 from rlperf.sim.result import SimResult
 from rlperf.sim.simulate import SimConfig, simulate
 from rlperf.specs.plan import ExecutionMode, Placement, Plan
@@ -149,6 +150,27 @@ def test_report_is_one_self_contained_file(report: tuple[Path, PlanSearchResult]
     assert f"{len(res.rejected):,} candidates rejected; the first 50 shown." in text
     section = text.split('<section id="rejected">', 1)[1].split("</section>", 1)[0]
     assert section.count("<tr>") == 1 + 50
+
+
+def test_timeline_keeps_pools_and_the_replicas_that_finish_last() -> None:
+    from dataclasses import replace
+
+    from rlperf.report.figures import MAX_TIMELINE_TRACKS, steady_segments, timeline_tracks
+
+    n = 50
+    segs = [Segment("train", "actor_update", 0.0, 1.0, 4, 1), Segment("rollout", "weight_sync", 0.0, 0.5, 4, 1)]
+    segs += [Segment(f"rollout/replica-{i}", "generate/decode", 0.0, 10.0 + i, 1, 1) for i in range(n)]
+    rows, dropped = timeline_tracks(segs)
+    room = MAX_TIMELINE_TRACKS - 2
+    assert rows == ["rollout", *(f"rollout/replica-{i}" for i in range(n - room, n)), "train"]
+    assert dropped == n - room
+    # Steady state only (iteration >= warm-up); touching spans of one stage on a track merge.
+    sim = replace(_sim(Plan(), 8, None), warmup=1, segments=(
+        Segment("all/replica-0", "decode", 0.0, 1.0, 1, 0),
+        Segment("all/replica-0", "decode", 1.0, 2.0, 1, 1), Segment("all/replica-0", "generate/decode", 2.0, 3.0, 1, 1),
+        Segment("all/replica-0", "prefill", 3.0, 3.5, 1, 1), Segment("all", "actor_update", 4.0, 5.0, 8, 1)))
+    assert [(s.track, s.name, s.start_s, s.end_s) for s in steady_segments(sim)] == [
+        ("all", "actor_update", 4.0, 5.0), ("all/replica-0", "decode", 1.0, 3.0), ("all/replica-0", "prefill", 3.0, 3.5)]
 
 
 # --- headless Chromium over the DevTools protocol (pipe transport) ---------------------------

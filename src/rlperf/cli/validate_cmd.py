@@ -1,0 +1,119 @@
+"""`rlperf validate`: predictions against published measurements, and honest calibration."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import typer
+
+from rlperf.cli.app import app
+from rlperf.cli.render import console, table
+
+
+def _num(x: float) -> str:
+    """Three significant digits, thousands grouped (times, ratios and throughputs alike)."""
+    return "-" if math.isnan(x) else (f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}")
+
+
+def _median(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.0f}%"
+
+
+def _pct(x: float) -> str:
+    return "-" if math.isnan(x) else f"{100 * x:.0f}%"
+
+
+def render_report(report: object, title: str) -> None:
+    from rlperf.validate import ValidationReport
+
+    assert isinstance(report, ValidationReport)
+    t = table(f"{title}: per case ({report.profile})", "case", "metric", "split", "measured", "predicted", "error")
+    for c in report.cases:
+        err = f"{c.error_pct:+.0f}%" if c.ok else "failed"
+        t.add_row(c.id, c.label, c.split, _num(c.measured), _num(c.predicted) if c.ok else "-", err)
+    console.print(t)
+    failed = [c for c in report.cases if not c.ok]
+    if failed:
+        f = table("cases the model could not predict", "case", "reason")
+        for c in failed:
+            f.add_row(c.id, c.failure or "")
+        console.print(f)
+    s = table(f"{title}: summary (|error| = |predicted - measured| / measured)", "metric", "split", "cases",
+              "median |error|", "within 25%", "within 50%")
+    for st in report.summary:
+        if st.lengths == "all":
+            s.add_row(st.metric, st.split, str(st.num_cases), _median(st.median_abs_error_pct),
+                      _pct(st.within_25_pct), _pct(st.within_50_pct))
+    console.print(s)
+    b = table(f"{title}: by response lengths (published by the source, or assumed)", "metric", "lengths", "split",
+              "cases", "median |error|", "within 25%", "within 50%")
+    for st in report.summary:
+        if st.lengths != "all":
+            b.add_row(st.metric, st.lengths, st.split, str(st.num_cases), _median(st.median_abs_error_pct),
+                      _pct(st.within_25_pct), _pct(st.within_50_pct))
+    console.print(b)
+
+
+def render_skipped(skipped: tuple[object, ...]) -> None:
+    if not skipped:
+        return
+    k = table(f"skipped measurements ({len(skipped)})", "measurement", "reason")
+    for sk in skipped:
+        k.add_row(getattr(sk, "id", ""), getattr(sk, "reason", ""))
+    console.print(k)
+
+
+@app.command("validate")
+def validate_cmd(
+    cases: Path | None = typer.Option(None, "--cases", help="cases file (default: the shipped rlperf/data/validation_cases.yaml)"),
+    calibrate: bool = typer.Option(False, "--calibrate", help="fit the generic efficiency factors on the calibration split and report the hold-out"),
+    profile: Path | None = typer.Option(None, "--profile", help="hardware profile file applied to every case (e.g. one written by --calibrate)"),
+    out: Path = typer.Option(Path("calibrated-profile.yaml"), "--out", help="where --calibrate writes the fitted profile"),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON instead of tables"),
+    jobs: int = typer.Option(0, "--jobs", help="worker processes (0: one per CPU core)"),
+) -> None:
+    """Compare predictions with published measurements: per case and summarized by metric kind."""
+    from rlperf.validate import validate
+    from rlperf.validation_cases import load_cases
+
+    n_jobs = jobs if jobs > 0 else (os.cpu_count() or 1)
+    t0 = time.perf_counter()
+    cf = load_cases(cases)
+    prof = str(profile) if profile is not None else None
+    report = validate(cf, jobs=n_jobs, profile_path=prof)
+    payload: dict[str, object] = {"uncalibrated" if prof is None else "profile": report.to_dict()}
+    fitted = None
+    if calibrate:
+        from rlperf.calibration import as_scale, fit, write_profile
+
+        fitted = fit(cf.cases, jobs=n_jobs)
+        label = "calibrated: " + ", ".join(f"{g} x{v:g}" for g, v in fitted.factors)
+        calibrated = validate(cf, jobs=n_jobs, scale=as_scale(fitted.factor_map), profile_label=label)
+        hold = calibrated.stats("step_time_s", "holdout")
+        note = f"Hold-out median |error| on step times: {hold.median_abs_error_pct:.0f}% ({hold.num_cases} cases)."
+        path = write_profile(out, fitted, note)
+        payload["calibration"] = {
+            "factors": dict(fitted.factors), "num_cases": fitted.num_cases,
+            "objective_before": fitted.objective_before, "objective_after": fitted.objective_after,
+            "evaluations": [[dict(f), v] for f, v in fitted.evaluations], "profile_file": str(path),
+        }
+        payload["calibrated"] = calibrated.to_dict()
+    wall = time.perf_counter() - t0
+    if as_json:
+        typer.echo(json.dumps(payload, indent=1, default=float))
+        return
+    render_report(report, "as shipped" if prof is None else f"profile {prof}")
+    if fitted is not None:
+        console.print(
+            f"calibration: {', '.join(f'{g} x{v:g}' for g, v in fitted.factors)} fitted on {fitted.num_cases} "
+            f"calibration cases (median |ln(pred/meas)| {fitted.objective_before:.3f} -> {fitted.objective_after:.3f}); "
+            f"hold-out cases never enter the fit"
+        )
+        render_report(calibrated, "calibrated")
+        console.print(f"wrote the calibrated profile to {path} (use: cluster.profile or --profile)")
+    render_skipped(cf.skipped)
+    console.print(f"{len(cf.cases)} cases from {cf.path} in {wall:.0f} s on {n_jobs} processes")

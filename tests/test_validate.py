@@ -1,0 +1,238 @@
+"""Validation pipeline: the cases file format, the error statistics, calibration mechanics, and
+a small subset of the shipped cases end to end (the pipeline, not the error values)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlperf.errors import SpecError
+from rlperf.validate import CaseResult, error_stats, run_cases, summarize, validate
+from rlperf.validation_cases import CaseFile, calibration_split, deep_merge, load_cases
+
+SMALL_SCENARIO = {
+    "model": "Qwen2.5-0.5B",
+    "cluster": {"gpu": "H100", "num_nodes": 1, "gpus_per_node": 8},
+    "workload": {
+        "prompts_per_step": 16,
+        "group_size": 4,
+        "prompt_length": {"kind": "fixed", "tokens": 128},
+        "response_length": {"kind": "uniform", "min_tokens": 64, "max_tokens": 512},
+    },
+    "algorithm": {"name": "GRPO", "minibatches": 2},
+    "plan": {"placement": {"kind": "colocated"}, "rollout": {"tp": 1}, "mode": {"kind": "sync"}},
+}
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    p = tmp_path / "cases.yaml"
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    return p
+
+
+def _case(**over: object) -> dict:
+    base = {
+        "id": "c1",
+        "source_url": "https://example.org/a",
+        "metric": {"kind": "step_time_s"},
+        "measured": 10.0,
+        "scenario": {"template": "small"},
+    }
+    base.update(over)
+    return base
+
+
+def _file(*cases: dict) -> dict:
+    return {"version": 1, "simulation": {"iterations": 2, "warmup": 1}, "templates": {"small": SMALL_SCENARIO},
+            "cases": list(cases), "skipped": [{"id": "x", "reason": "no hardware given"}]}
+
+
+# ---------------------------------------------------------------------------- file format
+def test_shipped_file_parses_with_unique_ids_and_both_splits() -> None:
+    cf = load_cases(check=False)
+    ids = [c.id for c in cf.cases]
+    assert len(ids) == len(set(ids)) > 20
+    assert {c.split for c in cf.cases} == {"calibration", "holdout"}
+    assert all(s.reason for s in cf.skipped)
+    for c in cf.cases:
+        assert c.spec.source_url.startswith("http")
+        assert (c.baseline is not None) == (c.spec.metric.kind == "speedup")
+        assert "simulation" in c.scenario  # the file's default or the case's own
+
+
+def test_templates_deep_merge_and_defaults(tmp_path: Path) -> None:
+    over = _case(scenario={"template": "small", "cluster": {"num_nodes": 2}, "plan": {"rollout": {"tp": 2}}})
+    cf = load_cases(_write(tmp_path, _file(over)))
+    sc = cf.cases[0].scenario
+    assert sc["cluster"] == {"gpu": "H100", "num_nodes": 2, "gpus_per_node": 8}
+    assert sc["plan"]["rollout"] == {"tp": 2} and sc["plan"]["mode"] == {"kind": "sync"}
+    assert sc["simulation"] == {"iterations": 2, "warmup": 1}
+    assert sc["name"] == "c1"
+    assert deep_merge({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}, "d": [1]}) == {"a": {"b": 1, "c": 3}, "d": [1]}
+
+
+@pytest.mark.parametrize(
+    ("case", "field"),
+    [
+        (_case(measured=None), "cases[c1].measured"),
+        (_case(metric={"kind": "stage_time_s"}), "cases[c1].metric"),
+        (_case(metric={"kind": "speedup"}), "cases[c1]"),
+        (_case(scenario={"template": "nope"}), "cases[c1].scenario.template"),
+        (_case(scenario={"template": "small", "plan": {"rollout": {"tpp": 2}}}), "cases[c1].scenario.plan.rollout.tpp"),
+        (_case(scenario={"template": "small", "algorithm": {"name": "GRPPO"}}), "cases[c1].scenario.algorithm"),
+    ],
+)
+def test_malformed_case_is_one_line_naming_case_and_field(tmp_path: Path, case: dict, field: str) -> None:
+    with pytest.raises(SpecError) as ei:
+        load_cases(_write(tmp_path, _file(case)))
+    msg = str(ei.value)
+    assert "\n" not in msg
+    assert ei.value.field.startswith(field), msg
+
+
+def test_duplicate_ids_and_missing_file_are_errors(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"cases\[c1\]\.id: duplicate"):
+        load_cases(_write(tmp_path, _file(_case(), _case())))
+    with pytest.raises(SpecError, match="file not found"):
+        load_cases(tmp_path / "missing.yaml")
+
+
+def test_split_is_by_source_and_stable() -> None:
+    a = calibration_split("https://example.org/a")
+    assert a == calibration_split("https://example.org/a")
+    sides = {calibration_split(f"https://example.org/{i}") for i in range(20)}
+    assert sides == {"calibration", "holdout"}
+
+
+# ---------------------------------------------------------------------------- statistics
+def _r(measured: float, predicted: float, metric: str = "step_time_s", split: str = "calibration",
+       lengths: str = "assumed", failure: str | None = None) -> CaseResult:
+    return CaseResult(id=f"{metric}{measured}{predicted}", metric=metric, label=metric, split=split, lengths=lengths,
+                      source_url="u", measured=measured, predicted=predicted, failure=failure)
+
+
+def test_error_stats_on_synthetic_numbers() -> None:
+    rs = [_r(100, 110), _r(100, 70), _r(100, 160), _r(100, 98), _r(100, math.nan, failure="oom")]
+    st = error_stats(rs)
+    # errors: +10, -30, +60, -2 -> |.| sorted 2, 10, 30, 60 -> median 20; within 25%: 2 of 4; within 50%: 3 of 4
+    assert st.num_cases == 4
+    assert st.median_abs_error_pct == pytest.approx(20.0)
+    assert st.within_25_pct == pytest.approx(0.5)
+    assert st.within_50_pct == pytest.approx(0.75)
+    assert rs[0].error_pct == pytest.approx(10.0) and rs[1].log_error == pytest.approx(abs(math.log(0.7)))
+    empty = error_stats([])
+    assert empty.num_cases == 0 and math.isnan(empty.median_abs_error_pct)
+
+
+def test_summarize_groups_by_kind_split_and_lengths() -> None:
+    rs = [_r(100, 110), _r(100, 200, split="holdout"), _r(2.0, 1.0, metric="speedup", lengths="published")]
+    by = {(s.metric, s.split, s.lengths): s for s in summarize(rs)}
+    assert by[("step_time_s", "calibration", "all")].median_abs_error_pct == pytest.approx(10.0)
+    assert by[("step_time_s", "holdout", "all")].median_abs_error_pct == pytest.approx(100.0)
+    assert by[("step_time_s", "all", "all")].num_cases == 2
+    assert by[("speedup", "calibration", "all")].median_abs_error_pct == pytest.approx(50.0)
+    assert by[("all", "all", "all")].num_cases == 3
+    assert by[("all", "all", "published")].num_cases == 1
+    assert by[("step_time_s", "all", "assumed")].num_cases == 2
+    assert ("throughput", "all", "all") not in by  # kinds without cases are left out
+
+
+# ---------------------------------------------------------------------------- end to end
+def test_small_file_end_to_end(tmp_path: Path) -> None:
+    """Step time, stage time, stage share, throughput, speedup and sync time on a 0.5B model."""
+    cases = [
+        _case(id="step"),
+        _case(id="gen", metric={"kind": "stage_time_s", "stages": ["generate"]}),
+        _case(id="share", metric={"kind": "stage_share", "stages": ["generate"]}, measured=0.5),
+        _case(id="tput", metric={"kind": "throughput", "unit": "tokens_per_s_per_gpu", "tokens": "generated"}, measured=1e3),
+        _case(id="speedup", metric={"kind": "speedup"}, measured=1.2,
+              scenario={"template": "small", "plan": {"placement": {"kind": "disaggregated", "rollout_gpus": 4},
+                                                      "mode": {"kind": "one_step_off"}},
+                        "simulation": {"iterations": 3, "warmup": 1}},
+              baseline={"template": "small"}),
+        _case(id="sync", metric={"kind": "weight_sync_time_s"}, measured=0.1, source_url="https://example.org/b"),
+        _case(id="nostage", metric={"kind": "stage_time_s", "stages": ["no_such_stage"]}),
+    ]
+    cf = load_cases(_write(tmp_path, _file(*cases)))
+    rep = validate(cf, jobs=1)
+    got = {c.id: c for c in rep.cases}
+    for cid in ("step", "gen", "share", "tput", "speedup", "sync"):
+        assert got[cid].ok, got[cid].failure
+        assert got[cid].predicted > 0 and math.isfinite(got[cid].predicted)
+    assert 0 < got["share"].predicted <= 1
+    assert not got["nostage"].ok and "no_such_stage" in (got["nostage"].failure or "")
+    assert rep.stats("all", "all").num_cases == 6
+    assert rep.skipped[0].id == "x"
+    # Deterministic and independent of the number of processes.
+    again = run_cases(cf.cases, jobs=2)
+    assert [(c.id, c.predicted) for c in again if c.ok] == [(c.id, c.predicted) for c in rep.cases if c.ok]
+
+
+def test_shipped_subset_runs(tmp_path: Path) -> None:
+    """Three shipped cases with shortened simulations: the shipped scenarios simulate."""
+    cf = load_cases()
+    pick = {"verl-ckptengine-qwen2.5-math-7b-off", "verl-fp8-rollout-qwen3-8b", "rollpacker-char-verl-14b-math"}
+    short = {"iterations": 2, "warmup": 1}
+    sub = tuple(
+        replace(c, scenario={**c.scenario, "simulation": short},
+                baseline=None if c.baseline is None else {**c.baseline, "simulation": short})
+        for c in cf.cases if c.id in pick
+    )
+    assert len(sub) == 3
+    rep = validate(CaseFile(cf.path, sub, ()), jobs=1)
+    for c in rep.cases:
+        assert c.ok, (c.id, c.failure)
+        assert math.isfinite(c.error_pct)
+
+
+# ---------------------------------------------------------------------------- calibration
+def test_scale_profile_caps_fractions_and_scales_dtype_table() -> None:
+    from rlperf.calibration import scale_profile
+    from rlperf.specs.hardware_catalog import load_profile
+
+    p = load_profile("H100")
+    s = scale_profile(p, {"decode": 2.0, "compute": 0.5})
+    assert s.decode_hbm_efficiency == 1.0  # capped
+    assert s.matmul_efficiency == pytest.approx(p.matmul_efficiency * 0.5)
+    assert s.attention_efficiency == pytest.approx(p.attention_efficiency * 0.5)
+    assert all(s.matmul_efficiency_by_dtype[k] == pytest.approx(v * 0.5) for k, v in p.matmul_efficiency_by_dtype.items())
+    assert s.hbm_efficiency == p.hbm_efficiency  # not a calibrated field
+
+
+def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A synthetic model: case "gen" is off by 0.8 / decode, case "upd" by 1.15 / compute."""
+    import rlperf.calibration as cal
+    from rlperf.specs.hardware_catalog import load_profile
+
+    cases = (_case(id="gen", source_url="https://example.org/d"), _case(id="upd", source_url="https://example.org/e"),
+             _case(id="held", source_url="https://example.org/a"))
+    cf = load_cases(_write(tmp_path, _file(*cases)), check=False)
+    assert [c.split for c in cf.cases] == ["calibration", "calibration", "holdout"]
+    seen_ids: set[str] = set()
+
+    def fake_run(cases, scale=(), jobs=1, profile_path=None):  # type: ignore[no-untyped-def]
+        f = dict(scale)
+        out = []
+        for c in cases:
+            seen_ids.add(c.id)
+            off = 0.8 / f.get("decode", 1.0) if c.id == "gen" else 1.15 / f.get("compute", 1.0)
+            out.append(_r(c.spec.measured, c.spec.measured * off, split=c.split))
+        return tuple(out)
+
+    monkeypatch.setattr(cal, "run_cases", fake_run)
+    res = cal.fit(cf.cases)
+    assert res.factor_map == {"compute": 1.15, "decode": 0.8}
+    assert res.objective_after == pytest.approx(0.0, abs=1e-12)
+    assert res.objective_before > 0.1
+    assert res.num_cases == 2
+    assert seen_ids == {"gen", "upd"}  # the hold-out case never enters the fit
+    path = cal.write_profile(tmp_path / "prof.yaml", res)
+    loaded = load_profile("H100", path)
+    shipped = load_profile("H100")
+    assert loaded.decode_hbm_efficiency == pytest.approx(shipped.decode_hbm_efficiency * 0.8, abs=1e-4)
+    assert loaded.matmul_efficiency == pytest.approx(min(1.0, shipped.matmul_efficiency * 1.15), abs=1e-4)
+    assert loaded.hbm_efficiency == shipped.hbm_efficiency

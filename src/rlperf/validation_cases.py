@@ -212,8 +212,8 @@ def _resolve_paths(sc: dict[str, Any], base_dir: Path) -> dict[str, Any]:
 
 
 def scenario_key(mapping: Mapping[str, Any]) -> str:
-    """Canonical text of a scenario mapping (equal scenarios are simulated once)."""
-    return json.dumps(mapping, sort_keys=True, default=str)
+    """Canonical text of a scenario mapping without its name (equal scenarios are simulated once)."""
+    return json.dumps({k: v for k, v in mapping.items() if k != "name"}, sort_keys=True, default=str)
 
 
 def check_scenario(mapping: Mapping[str, Any], where: str) -> None:

@@ -92,7 +92,7 @@ def plan_cmd(
     max_response: int = typer.Option(None, help="response length cap (tokens)"),
     objective: str = typer.Option("time", help="time | cost | throughput_per_gpu"),
     max_staleness: int = typer.Option(2, help="largest policy lag allowed (0 = on-policy only)"),
-    top_k: int = typer.Option(4, help="plans per GPU count simulated after the fast estimate"),
+    top_k: int = typer.Option(3, help="plans per GPU count simulated after the fast estimate"),
     from_kind: str = typer.Option(None, "--from", help="import your plan from a framework config: verl | openrlhf"),
     config: str = typer.Argument(None, help="with --from: the framework config (verl YAML, or OpenRLHF args file)"),
     override: list[str] = typer.Option(None, "--override", "-o", help="with --from verl: key=value overrides"),
@@ -171,7 +171,8 @@ def render_search(res: Any, explanation: Any, sc: Any) -> None:
         f"[bold]{sc.algorithm.name}[/] on [bold]{sc.models['actor'].name}[/], {sc.cluster.num_nodes}x{sc.cluster.gpus_per_node} "
         f"{sc.cluster.accelerator.id}, {wl.prompts_per_step} prompts x {wl.group_size}, max response {wl.max_response_tokens:,}"
     )
-    t = table("ranked plans (simulated)", "#", "plan", "GPUs", "step", "est.", "tok/s/GPU", "$/step", "stale", "bound")
+    t = table("ranked plans (simulated; step = time per step of B·G trained responses)", "#", "placement", "rollout",
+              "training", "mode", "GPUs", "step", "est.", "tok/s/GPU", "$/step", "stale", "bound")
     rows = sorted(list(res.evaluated) + list(res.baselines) + ([res.user] if res.user else []),
                   key=lambda e: (e.step_time_s, e.label))
     seen: set[tuple[str, int]] = set()
@@ -186,7 +187,10 @@ def render_search(res: Any, explanation: Any, sc: Any) -> None:
         star = "[green]*[/] " if e is res.best else ""
         cost = f"{e.cost_usd_per_step:,.2f}" if e.cost_usd_per_step is not None else "-"
         est = fmt_s(e.estimate.step_time_s) if e.estimate else "-"
-        t.add_row(str(rank), star + e.label + tag, str(e.num_gpus), fmt_s(e.step_time_s), est,
+        parts = e.label.split(" | ")
+        if len(parts) != 4:
+            parts = [e.label, _engine(e.plan), _layout(e.plan), _mode(e.plan)]
+        t.add_row(str(rank), star + parts[0] + tag, parts[1], parts[2], parts[3], str(e.num_gpus), fmt_s(e.step_time_s), est,
                   f"{e.sim.tokens_per_s_per_gpu:,.0f}", cost, str(e.staleness), fmt_s(e.sim.bounds.lower_bound_s))
         if rank >= 15:
             break
@@ -220,3 +224,19 @@ def render_rejected(res: Any) -> None:
     for r in res.rejected[:60]:
         t.add_row(r.label, r.reason)
     console.print(t)
+
+
+def _engine(plan: Any) -> str:
+    return f"gen tp{plan.rollout.tp}" + (f" ep{plan.rollout.ep}" if plan.rollout.ep > 1 else "")
+
+
+def _layout(plan: Any) -> str:
+    lay = plan.layouts["actor"]
+    mb = f" mb{lay.max_tokens_per_microbatch // 1024}k" if lay.max_tokens_per_microbatch else ""
+    return f"train tp{lay.tp} pp{lay.pp} cp{lay.cp}{mb}"
+
+
+def _mode(plan: Any) -> str:
+    m = plan.mode
+    return {"sync": "sync", "one_step_off": "one-step-off", "async": f"async s={m.staleness}",
+            "partial_rollout": f"partial {m.token_budget}"}[m.kind] + ("+fusion" if m.fusion else "")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import sys
 
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+# Piped output (CI logs, files) gets a wide console so the plan tables stay on one line per row.
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 def fmt_s(t: float) -> str:

@@ -118,7 +118,11 @@ class Estimator:
             fn = lambda: costs.train(role, self.kept_tokens, gpus, role)
         else:
             fn = lambda: costs.reward(self.kept_tokens, gpus)
-        return self._cached((kind, role, lay, gpus, self.sc.models[role].name), fn)  # type: ignore[no-any-return]
+        # Keyed by what the cost depends on: the reference and the actor share a model and layout,
+        # so their forward passes are one evaluation.
+        head = "value" if role == "critic" else "logprobs"
+        model = self.sc.models[role] if kind != "reward" else None
+        return self._cached((kind, model, head, lay, gpus), fn)  # type: ignore[no-any-return]
 
     def sync(self, plan: Plan, gen_gpus: int, train_gpus: int, same: bool) -> float:
         costs = self._costs(plan)

@@ -120,7 +120,9 @@ def explain(
         if isinstance(r, str):
             whatifs.append(WhatIf(label, float("inf"), 0.0, plan.mode.effective_staleness, note=f"infeasible: {r}"))
             continue
-        whatifs.append(WhatIf(label, r.step_time_s, result.step_time_s / r.step_time_s, plan.mode.effective_staleness))
+        stale = max(r.staleness) if r.staleness else plan.mode.effective_staleness
+        t = r.normalized_step_time_s
+        whatifs.append(WhatIf(label, t, result.normalized_step_time_s / t, stale))
     whatifs.sort(key=lambda w: (-w.speedup, w.change))
     lb = result.bounds.lower_bound_s
     return Explanation(bottlenecks(result), lb, result.step_time_s / lb if lb > 0 else float("inf"), tuple(whatifs))

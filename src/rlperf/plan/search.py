@@ -22,8 +22,18 @@ from rlperf.scenario import Scenario
 from rlperf.sim.result import SimResult
 from rlperf.specs.plan import Plan
 
-SIM_ITERATIONS = 3  # iterations simulated per candidate (1 warm-up): enough for a steady state of s <= 2
-SIM_WARMUP = 1
+
+
+def sim_iterations(plan: Plan) -> tuple[int, int]:
+    """(warm-up, steady) iterations simulated per candidate. A synchronous step is in steady
+    state after one iteration; a pipelined loop with staleness s fills in s steps; partial
+    rollouts carry responses over for cap/budget steps (two here: the grid's budget is cap/2)."""
+    s = plan.mode.effective_staleness
+    if plan.mode.kind == "partial_rollout":
+        return 2, 2
+    if s == 0:
+        return 1, 1
+    return s + 1, 2
 
 
 @dataclass(frozen=True)
@@ -38,8 +48,9 @@ class PlanEvaluation:
 
     @property
     def step_time_s(self) -> float:
+        """Simulated time per step of B·G trained responses (else the estimate)."""
         if self.sim is not None:
-            return self.sim.step_time_s
+            return self.sim.normalized_step_time_s
         return self.estimate.step_time_s if self.estimate is not None else math.inf
 
     @property
@@ -48,6 +59,10 @@ class PlanEvaluation:
 
     @property
     def staleness(self) -> int:
+        """Largest policy lag of a trained response: simulated (partial rollouts span several
+        versions), else the mode's bound."""
+        if self.sim is not None and self.sim.staleness:
+            return max(self.sim.staleness)
         return self.plan.mode.effective_staleness
 
 
@@ -99,7 +114,8 @@ def _simulate_one(args: tuple[Scenario, Plan]) -> SimResult | str:
     from rlperf.sim.run import run_scenario
 
     sc, plan = args
-    sim = sc.spec.simulation.model_copy(update={"iterations": SIM_ITERATIONS, "warmup": SIM_WARMUP})
+    warmup, steady = sim_iterations(plan)
+    sim = sc.spec.simulation.model_copy(update={"iterations": warmup + steady, "warmup": warmup})
     spec = sc.spec.model_copy(update={"plan": plan, "simulation": sim})
     try:
         return run_scenario(Scenario(spec, sc.models, sc.cluster, sc.workload, sc.algorithm))
@@ -135,6 +151,54 @@ def ray_mapper() -> Mapper:
     return run
 
 
+@dataclass(frozen=True)
+class _SizeSearch:
+    gpus: int
+    shortlisted: tuple[tuple[str, Plan, Estimate | None, str], ...]
+    rejected: tuple[Rejected, ...]
+    considered: int
+    estimates: int
+    estimate_s: float
+    component_evaluations: int
+
+
+def _search_size(args: tuple[Scenario, int, SearchOptions]) -> _SizeSearch:
+    """Rank every candidate on ``gpus`` GPUs by the fast estimate; keep the top K and the
+    framework defaults. A deterministic function of (scenario, gpus, options) only."""
+    sc, gpus, opts = args
+    obj = _objective(opts)
+    sub = resized(sc, gpus)
+    est = Estimator(sub)
+    rejected: list[Rejected] = []
+    ranked: list[tuple[float, Candidate, Estimate]] = []
+    considered = 0
+    t_est = 0.0
+    n_est = 0
+    for c in enumerate_candidates(sub, opts):
+        considered += 1
+        if isinstance(c, Rejected):
+            rejected.append(c)
+            continue
+        if c.staleness > opts.max_staleness:
+            continue
+        t1 = time.perf_counter()
+        try:
+            e = est.estimate(c)
+        except SpecError as err:
+            rejected.append(Rejected(f"{gpus} GPUs | {c.label}", str(err)))
+            continue
+        finally:
+            t_est += time.perf_counter() - t1
+            n_est += 1
+        ranked.append((obj(PlanEvaluation(c.label, c.plan, gpus, e, None, "search")), c, e))
+    ranked.sort(key=lambda x: (x[0], x[1].label))
+    short: list[tuple[str, Plan, Estimate | None, str]] = [(c.label, c.plan, e, "search") for _, c, e in ranked[: opts.top_k]]
+    # Framework defaults at every size, so that the space for P GPUs contains the one for P/2.
+    for c in framework_default_plans(sub):
+        short.append((c.label, c.plan, _try(est, c), "baseline"))
+    return _SizeSearch(gpus, tuple(short), tuple(rejected), considered, n_est, t_est, est.evaluations)
+
+
 def search(
     sc: Scenario,
     opts: SearchOptions | None = None,
@@ -146,90 +210,66 @@ def search(
     mapper = mapper or local_mapper()
     t0 = time.perf_counter()
     obj = _objective(opts)
-    rejected: list[Rejected] = []
-    shortlisted: list[tuple[Scenario, Candidate, Estimate | None, str]] = []
-    considered = 0
-    est_time = 0.0
-    est_count = 0
-    comp = 0
-    for gpus in gpu_counts(sc):
-        sub = resized(sc, gpus)
-        est = Estimator(sub)
-        ranked: list[tuple[float, Candidate, Estimate]] = []
-        cands = list(enumerate_candidates(sub, opts))
-        for i, c in enumerate(cands):
-            considered += 1
-            if progress and i % 50 == 0:
-                progress(f"estimating plans on {gpus} GPUs", i, len(cands))
-            if isinstance(c, Rejected):
-                rejected.append(c)
-                continue
-            if c.staleness > opts.max_staleness:
-                continue
-            t1 = time.perf_counter()
-            try:
-                e = est.estimate(c)
-            except SpecError as err:
-                rejected.append(Rejected(f"{gpus} GPUs | {c.label}", str(err)))
-                continue
-            finally:
-                est_time += time.perf_counter() - t1
-                est_count += 1
-            pe = PlanEvaluation(c.label, c.plan, gpus, e, None, "search")
-            ranked.append((obj(pe), c, e))
-        comp += est.evaluations
-        ranked.sort(key=lambda x: (x[0], x[1].label))
-        seen: set[str] = set()
-        for _, c, e in ranked:
-            if len(seen) >= opts.top_k:
-                break
-            if c.label in seen:
-                continue
-            seen.add(c.label)
-            shortlisted.append((sub, c, e, "search"))
-        # Framework defaults at every size, so that the space for P GPUs contains the one for P/2.
-        for c in framework_default_plans(sub):
-            shortlisted.append((sub, c, _try(est, c), "baseline"))
-    extra: list[tuple[Scenario, Candidate, Estimate | None, str]] = []
+    sizes = gpu_counts(sc)
+    if progress:
+        progress(f"estimating plans on {', '.join(map(str, sizes))} GPUs", 0, 2)
+    per_size: list[_SizeSearch] = mapper(_search_size, [(sc, g, opts) for g in sizes])  # type: ignore[arg-type]
+    rejected = [r for ps in per_size for r in ps.rejected]
+    items: list[tuple[Scenario, str, Plan, Estimate | None, str]] = []
+    for ps in per_size:
+        sub = resized(sc, ps.gpus)
+        items.extend((sub, label, plan, e, src) for label, plan, e, src in ps.shortlisted)
     if include_user_plan:
         user = Candidate(sc.plan, "your plan (scenario)")
-        extra.append((sc, user, _try(Estimator(sc), user), "user"))
-    jobs = [(s, c.plan) for s, c, _, _ in shortlisted] + [(s, c.plan) for s, c, _, _ in extra]
+        items.append((sc, user.label, user.plan, _try(Estimator(sc), user), "user"))
+    t_estimated = time.perf_counter()
+    # Simulate each distinct (GPUs, plan) once: a baseline is often also the user's plan.
+    keys = [(s.cluster.num_gpus, plan.model_dump_json()) for s, _, plan, _, _ in items]
+    uniq: dict[tuple[int, str], int] = {}
+    for i, k in enumerate(keys):
+        uniq.setdefault(k, i)
     if progress:
-        progress("simulating the best plans", 0, len(jobs))
-    sims = mapper(_simulate_one, jobs)
+        progress(f"simulating the {len(uniq)} best plans", 1, 2)
+    order = list(uniq.values())
+    got = mapper(_simulate_one, [(items[i][0], items[i][2]) for i in order])
+    by_key = dict(zip(uniq.keys(), got))
+    sims = [by_key[k] for k in keys]
     if progress:
-        progress("simulating the best plans", len(jobs), len(jobs))
+        progress("done", 2, 2)
     evals: list[PlanEvaluation] = []
-    for (s, c, e, src), r in zip(list(shortlisted) + extra, sims):
+    for (s, label, plan, e, src), r in zip(items, sims):
         if isinstance(r, str):
-            rejected.append(Rejected(f"{s.cluster.num_gpus} GPUs | {c.label}", r))
-            evals.append(PlanEvaluation(c.label, c.plan, s.cluster.num_gpus, e, None, src, error=r))
+            rejected.append(Rejected(f"{s.cluster.num_gpus} GPUs | {label}", r))
+            evals.append(PlanEvaluation(label, plan, s.cluster.num_gpus, e, None, src, error=r))
         else:
-            evals.append(PlanEvaluation(c.label, c.plan, s.cluster.num_gpus, e, r, src))
-    ok = [e for e in evals if e.sim is not None]
+            evals.append(PlanEvaluation(label, plan, s.cluster.num_gpus, e, r, src))
+    ok = [e for e in evals if e.sim is not None and e.staleness <= max(opts.max_staleness, 0)]
+    ok += [e for e in evals if e.sim is not None and e.source == "user" and e not in ok]
     if not ok:
         reasons = "; ".join(sorted({r.reason for r in rejected})[:3])
         raise SpecError("plan", f"no feasible plan on {sc.cluster.num_gpus} GPUs: {reasons}")
     # Best: the objective over everything simulated (searched plans and baselines alike).
-    ok.sort(key=lambda e: (obj(e), e.label))
-    best = ok[0]
-    pareto = _pareto(ok)
-    searched = tuple(e for e in ok if e.source == "search")
-    notes = []
-    if est_count:
-        notes.append(f"fast estimate: {est_count} candidates in {est_time:.2f} s incl. {comp} stage-cost evaluations")
+    ranked = sorted((e for e in ok if e.source != "user"), key=lambda e: (obj(e), e.label))
+    best = ranked[0] if ranked else ok[0]
+    n_est = sum(ps.estimates for ps in per_size)
+    t_est = sum(ps.estimate_s for ps in per_size)
+    comp = sum(ps.component_evaluations for ps in per_size)
+    t_end = time.perf_counter()
+    notes = [
+        f"fast estimate: {n_est} candidates in {t_est:.1f} s ({comp} stage-cost evaluations, memoized)",
+        f"wall: search {t_estimated - t0:.1f} s, simulation of {len(uniq)} plans {t_end - t_estimated:.1f} s",
+    ]
     return PlanSearchResult(
         scenario=sc.name,
         num_gpus=sc.cluster.num_gpus,
-        considered=considered,
+        considered=sum(ps.considered for ps in per_size),
         rejected=tuple(rejected),
-        evaluated=searched,
+        evaluated=tuple(e for e in ranked if e.source == "search"),
         best=best,
-        pareto=pareto,
+        pareto=_pareto([e for e in ok if e.source != "user"]),
         baselines=tuple(e for e in evals if e.source == "baseline" and e.num_gpus == sc.cluster.num_gpus),
         user=next((e for e in evals if e.source == "user"), None),
-        estimates_per_s=est_count / est_time if est_time > 0 else math.inf,
+        estimates_per_s=n_est / t_est if t_est > 0 else math.inf,
         component_evaluations=comp,
         elapsed_s=time.perf_counter() - t0,
         notes=tuple(notes),

@@ -4,19 +4,18 @@ Enumeration is structural (divisibility); memory is checked when a candidate's s
 first computed (the cost models raise SpecError with the reason), and every rejection keeps
 its reason for ``rlperf plan --explain``.
 
-Grid (documented choices, not tuned):
-- placement: colocated; disaggregated with the rollout pool at each eighth of the cluster
+Grid (documented choices, not tuned; kept small so that a search fits in a minute on 2 cores):
+- placement: colocated; disaggregated with the rollout pool at 1/4, 1/2 and 3/4 of the cluster
   rounded to whole nodes (or to engine sizes inside one node); hybrid (algorithms with frozen
-  models only): a separate pool of one node (or an eighth) for the frozen reference / reward
-  model, the rest split as in disaggregated;
+  models only): one node for the frozen reference / reward model, the rest split in half;
 - rollout engine: tp in {1, 2, 4, 8} dividing the heads (ep = tp for MoE);
-- training layout: tp in {1, 2, 4, 8}, pp in {1, 2, 4} (only when one GPU cannot hold the
-  model states even fully sharded over a node), cp in {1, 2, 4, 8} Ulysses when the longest
-  sequence exceeds the token budget; ZeRO-3 (FSDP), full recompute; token budget per micro-batch
-  in {8k, 16k, 32k} tokens (at least the longest sequence / cp); ep = largest of {8, 4, 2, 1}
-  dividing the experts and dp·cp for MoE;
+- training layout: tp in {1, 2, 4, 8} dividing the heads; Ulysses cp: the smallest power of two
+  that brings the longest sequence under 32k tokens per GPU, and twice that; pp in {1, 2, 4}
+  only when a node cannot hold the model states fully sharded; ZeRO-3 (FSDP), full recompute;
+  token budget per micro-batch = the longest sequence / cp rounded up to a power of two, at
+  least 16k; ep = the largest of {8, 4, 2, 1} dividing the experts, for MoE;
 - execution mode: sync, sync + stage fusion, one-step off-policy and async (staleness 2) on
-  split pools, partial rollout with a budget of 1/2 and 1/4 of the response cap.
+  split pools, partial rollout with a budget of half the response cap.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ class SearchOptions:
     max_staleness: int = 2  # modes whose staleness exceeds this are not considered
     allow_partial_rollout: bool = True
     allow_fusion: bool = True
-    top_k: int = 8  # candidates simulated after ranking by the fast estimate
+    top_k: int = 3  # candidates per GPU count simulated after ranking by the fast estimate
     objective: str = "time"  # time | cost | throughput_per_gpu
 
 
@@ -64,12 +63,12 @@ def _pow2_upto(n: int) -> list[int]:
 
 
 def rollout_splits(total: int, per_node: int, engine_gpus: int) -> list[int]:
-    """Rollout pool sizes for split placements: eighths of the cluster, rounded to whole nodes
+    """Rollout pool sizes for split placements: quarters of the cluster, rounded to whole nodes
     (or to whole engines inside one node), deduplicated, each leaving GPUs for training."""
     unit = per_node if total > per_node else engine_gpus
     sizes = set()
-    for k in range(1, 8):
-        g = round(total * k / 8 / unit) * unit
+    for k in (1, 2, 3):
+        g = round(total * k / 4 / unit) * unit
         if unit <= g < total:
             sizes.add(g)
     return sorted(sizes)
@@ -86,11 +85,14 @@ def placements(sc: Scenario, engine_gpus: int) -> list[tuple[Placement, str]]:
         frozen = [r for r in frozen if r != "reward_model"]
     if frozen and total >= 4 * node:
         f = node
-        for g in rollout_splits(total - f, node, engine_gpus):
-            pools = (Pool(name="gen", num_gpus=g), Pool(name="train", num_gpus=total - f - g), Pool(name="frozen", num_gpus=f))
+        rest = total - f
+        splits = rollout_splits(rest, node, engine_gpus)
+        if splits:
+            g = min(splits, key=lambda x: abs(x - rest / 2))
+            pools = (Pool(name="gen", num_gpus=g), Pool(name="train", num_gpus=rest - g), Pool(name="frozen", num_gpus=f))
             assign = {"generate": "gen", "actor": "train", "critic": "train", "prm": "train"}
             assign.update({r: "frozen" for r in frozen})
-            out.append((Placement(kind="hybrid", pools=pools, assign=assign), f"hybrid {g}+{total - f - g}+{f}"))
+            out.append((Placement(kind="hybrid", pools=pools, assign=assign), f"hybrid {g}+{rest - g}+{f}"))
     return out
 
 
@@ -111,6 +113,10 @@ def engine_layouts(sc: Scenario) -> list[EngineLayout]:
     return out
 
 
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
 def train_layouts(sc: Scenario) -> list[TrainLayout]:
     model = sc.models["actor"]
     node = sc.cluster.gpus_per_node
@@ -118,25 +124,26 @@ def train_layouts(sc: Scenario) -> list[TrainLayout]:
     # Model states fully sharded over one node: if even that exceeds a GPU, add pipeline stages.
     states_per_gpu = 16.0 * model.num_params / max(1, min(node, sc.cluster.num_gpus))
     pps = [1, 2, 4] if states_per_gpu > 0.6 * sc.cluster.accelerator.hbm_bytes else [1]
+    cp0 = 1
+    while max_seq / cp0 > 32768 and cp0 < node:
+        cp0 *= 2
+    ep = 1
+    if model.moe is not None:
+        ep = max(e for e in (8, 4, 2, 1) if model.moe.num_experts % e == 0 and e <= node)
     out = []
     for tp in (1, 2, 4, 8):
         for pp in pps:
-            for cp in (1, 2, 4, 8):
+            for cp in sorted({cp0, min(node, 2 * cp0)}):
                 if tp * cp > node:
                     continue
-                for budget in (8192, 16384, 32768):
-                    if budget * cp < max_seq or (cp > 1 and budget * cp // 2 >= max_seq):
-                        continue  # too small for the longest sequence, or cp needlessly large
-                    ep = 1
-                    if model.moe is not None:
-                        ep = max(e for e in (8, 4, 2, 1) if model.moe.num_experts % e == 0 and e <= node)
-                    lay = TrainLayout(tp=tp, pp=pp, cp=cp, cp_kind="ulysses", ep=1, zero_stage=3, recompute="full",
-                                      max_tokens_per_microbatch=budget, sequence_parallel=tp > 1)
-                    try:
-                        check_train_layout(model, lay)
-                    except SpecError:
-                        continue
-                    out.append(lay.model_copy(update={"ep": ep}) if ep > 1 else lay)
+                budget = max(16384, _next_pow2(-(-max_seq // cp)))
+                lay = TrainLayout(tp=tp, pp=pp, cp=cp, cp_kind="ulysses", ep=1, zero_stage=3, recompute="full",
+                                  max_tokens_per_microbatch=budget, sequence_parallel=tp > 1)
+                try:
+                    check_train_layout(model, lay)
+                except SpecError:
+                    continue
+                out.append(lay.model_copy(update={"ep": ep}) if ep > 1 else lay)
     return out
 
 
@@ -150,10 +157,8 @@ def modes(sc: Scenario, split: bool, opts: SearchOptions) -> list[tuple[Executio
         if opts.max_staleness >= 2:
             out.append((ExecutionMode(kind="async", staleness=2), "async s=2"))
     if opts.allow_partial_rollout and opts.max_staleness >= 1 and not sc.algorithm.dynamic_sampling:
-        cap = sc.workload.max_response_tokens
-        for frac in (2, 4):
-            b = max(1, cap // frac)
-            out.append((ExecutionMode(kind="partial_rollout", token_budget=b), f"partial {b}"))
+        b = max(1, sc.workload.max_response_tokens // 2)
+        out.append((ExecutionMode(kind="partial_rollout", token_budget=b), f"partial {b}"))
     return out
 
 

@@ -130,11 +130,13 @@ class AnalyticCosts:
             return self.forward("reward_model", seq_tokens, gpus, "reward")
         if spec.kind == "rule":
             # n verifications on w CPU workers: ceil(n / w) rounds of cpu_s_per_sample.
+            # Work is in CPU-seconds here (the simulator keeps CPU stages out of the GPU bound).
             t = math.ceil(n / spec.cpu_workers) * spec.cpu_s_per_sample
-            return StageCost("reward", t, 1, work_s=0.0, depth_s=spec.cpu_s_per_sample if n else 0.0)
+            return StageCost("reward", t, spec.cpu_workers, work_s=n * spec.cpu_s_per_sample,
+                             depth_s=spec.cpu_s_per_sample if n else 0.0)
         lat = _sandbox_latencies(n, spec.sandbox_median_s, spec.sandbox_sigma)
         t = _list_schedule_makespan(lat, spec.cpu_workers)
-        return StageCost("reward", t, 1, work_s=0.0, depth_s=float(lat.max(initial=0.0)))
+        return StageCost("reward", t, spec.cpu_workers, work_s=float(lat.sum()), depth_s=float(lat.max(initial=0.0)))
 
     def weight_sync(self, rollout_gpus: int, train_gpus: int, same_pool: bool) -> StageCost:
         from rlperf.stages import weight_sync as ws

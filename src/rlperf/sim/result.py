@@ -65,6 +65,8 @@ class SimResult:
     cost_usd_per_step: float | None
     bounds: Bounds
     rollout_tail_s: float  # mean time per step the rollout spends in its last-10% tail
+    trained_responses_per_step: float  # mean over steady-state steps
+    nominal_responses_per_step: int  # prompts_per_step x group_size
     segments: tuple[Segment, ...] = field(repr=False, default=())
     notes: tuple[str, ...] = ()
 
@@ -73,6 +75,14 @@ class SimResult:
         if not with_segments:
             d.pop("segments")
         return d
+
+    @property
+    def normalized_step_time_s(self) -> float:
+        """Step time per nominal batch: a partial rollout whose steady state has not settled
+        trains fewer responses in a step; this scales the step to B·G trained responses."""
+        if self.trained_responses_per_step <= 0:
+            return float("inf")
+        return self.step_time_s * self.nominal_responses_per_step / self.trained_responses_per_step
 
     def stage(self, name: str) -> StageTime:
         for s in self.stages:

@@ -118,7 +118,13 @@ class Simulator:
             return {}
         pool = self.assign[key]
         n = self.pool_gpus[pool]
-        lo = min(n, self.costs.min_gpus(key)) if elastic else n
+        if not elastic:
+            return {pool: (n, n)}
+        # A fusion wave starts once half the pool is free (rounded up to whole model replicas):
+        # starting on the first freed GPUs would run a quarter of the batch on a handful of
+        # devices and hold them long after the rollout has drained.
+        unit = self.costs.min_gpus(key)
+        lo = min(n, max(unit, -(-(n // 2) // unit) * unit))
         return {pool: (lo, n)}
 
     def _add(self, name: str, stage: str, prio: tuple[int, ...], deps: tuple[str, ...],
@@ -396,7 +402,10 @@ class Simulator:
             for n in self.iters[it].stage_costs:
                 if n not in names:
                     names.append(n)
-        stage_pool = {self.task_stage[t]: p for t, p in self.task_pool.items()}
+        stage_pool: dict[str, str] = {}
+        for t, p in self.task_pool.items():
+            if p is not None:
+                stage_pool.setdefault(self.task_stage[t], p)
         for n in names:
             durs: list[float] = []
             costs: list[StageCost] = []
@@ -446,6 +455,9 @@ class Simulator:
             cost_usd_per_step=cost,
             bounds=bounds,
             rollout_tail_s=float(np.mean([self.iters[it].tail_s for it in steady])),
+            trained_responses_per_step=float(np.mean([0 if self.iters[it].kept_seq_tokens is None else len(self.iters[it].kept_seq_tokens)
+                                                      for it in steady])),
+            nominal_responses_per_step=cfg.prompts_per_step * cfg.group_size,
             segments=segments,
             notes=tuple(notes),
         )
@@ -501,7 +513,7 @@ class Simulator:
             base = max((longest.get(d, 0.0) for d in st.deps), default=depth.get("weight_sync", 0.0))
             longest[st.name] = base + depth.get(st.name, 0.0)
         path = max(longest.values(), default=0.0)
-        work = sum(s.work_s for s in stages)
+        work = sum(s.work_s for s in stages if s.pool != "cpu")  # GPU device-seconds only
         p = self.cfg.num_gpus
         lb = max(work / p, path / (self.staleness_bound + 1), max((s.depth_s for s in stages), default=0.0))
         return Bounds(work, path, p, self.staleness_bound, lb, step_time / lb if lb > 0 else math.inf)

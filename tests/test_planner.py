@@ -1,0 +1,77 @@
+"""The planner: feasibility, monotonicity in GPUs, baselines, JSON schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlperf.plan.search import PlanSearchResult, local_mapper, search
+from rlperf.plan.serialize import search_json
+from rlperf.plan.space import SearchOptions
+from rlperf.scenario import Scenario, load_scenario
+from rlperf.sim.costs import AnalyticCosts
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def small_scenario(nodes: int, model: str = "Qwen2.5-0.5B") -> Scenario:
+    return load_scenario({
+        "name": f"small-{nodes}",
+        "model": model,
+        "cluster": {"gpu": "H100", "num_nodes": nodes, "gpus_per_node": 4},
+        "workload": {
+            "prompts_per_step": 16, "group_size": 4,
+            "prompt_length": {"kind": "uniform", "min_tokens": 32, "max_tokens": 256},
+            "response_length": {"kind": "lognormal", "median_tokens": 400, "sigma": 0.9, "cap_tokens": 2048},
+            "group_length_correlation": 0.5,
+        },
+        "algorithm": {"name": "GRPO", "minibatches": 2},
+        "plan": {"layouts": {"actor": {"max_tokens_per_microbatch": 8192}}},
+    })
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> PlanSearchResult:
+    return search(small_scenario(2), SearchOptions(top_k=2), local_mapper(1))
+
+
+@pytest.fixture(scope="module")
+def one_node() -> PlanSearchResult:
+    return search(small_scenario(1), SearchOptions(top_k=2), local_mapper(1))
+
+
+def test_best_is_no_worse_than_framework_defaults(two_nodes: PlanSearchResult) -> None:
+    assert two_nodes.baselines
+    for b in two_nodes.baselines:
+        if b.sim is not None:
+            assert two_nodes.best.step_time_s <= b.step_time_s * (1 + 1e-9)
+
+
+def test_planner_never_returns_a_plan_its_memory_model_rejects(two_nodes: PlanSearchResult) -> None:
+    sc = small_scenario(2)
+    for e in (two_nodes.best, *two_nodes.evaluated):
+        assert e.sim is not None
+        sub = Scenario(sc.spec, sc.models, sc.cluster.model_copy(update={"num_nodes": e.num_gpus // 4}), sc.workload, sc.algorithm)
+        AnalyticCosts(sub.with_plan(e.plan))  # layouts divide the model
+        for p in e.sim.pools:
+            assert p.peak_memory_bytes <= p.capacity_bytes
+
+
+def test_adding_gpus_never_makes_the_best_plan_slower(one_node: PlanSearchResult, two_nodes: PlanSearchResult) -> None:
+    assert two_nodes.best.step_time_s <= one_node.best.step_time_s * (1 + 1e-9)
+
+
+def test_rejections_keep_their_reason() -> None:
+    res = search(small_scenario(1, model="Qwen2.5-14B"), SearchOptions(top_k=1), local_mapper(1))
+    assert res.rejected
+    assert all(r.reason and "\n" not in r.reason for r in res.rejected)
+
+
+def test_json_output_validates_against_the_documented_schema(two_nodes: PlanSearchResult) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((ROOT / "docs" / "plan.schema.json").read_text())
+    doc = json.loads(json.dumps(search_json(two_nodes), default=float))
+    jsonschema.validate(doc, schema)
+    assert doc["best"]["step_time_s"] == pytest.approx(two_nodes.best.step_time_s)

@@ -59,3 +59,49 @@ STRATEGIES: tuple[SymbolicRow, ...] = (
     SymbolicRow("partial rollout (budget β)", "W unchanged (+ re-prefill of carried KV)", "decode depth per step ≤ β", "none", "carried requests' KV"),
     SymbolicRow("stage fusion", "W unchanged", "forward-only passes overlap the rollout tail", "none", "engine and trainer share memory"),
 )
+
+
+@dataclass(frozen=True)
+class StageBounds:
+    """Work-depth numbers of one stage of a concrete scenario (steady-state mean per step)."""
+
+    stage: str
+    pool: str
+    num_gpus: int  # P: the GPUs of the stage's pool
+    flops: float
+    work_s: float  # W, device-seconds at roofline
+    depth_s: float  # D, seconds with unlimited devices
+    parallelism: float  # W/D
+    lower_bound_s: float  # max(W/P, D)
+    brent_bound_s: float  # W/P + D
+    predicted_s: float  # the simulated time of the stage on its pool
+
+
+@dataclass(frozen=True)
+class WorkDepthReport:
+    scenario: str
+    num_gpus: int
+    stages: tuple[StageBounds, ...]
+    step_lower_bound_s: float
+    step_predicted_s: float
+    iteration_depth_s: float
+    iteration_work_s: float
+
+
+def analyze(sc: object) -> WorkDepthReport:
+    """Numbers of the work-depth model for a scenario: one simulated steady-state step."""
+    from rlperf.scenario import Scenario
+    from rlperf.sim.run import run_scenario
+
+    assert isinstance(sc, Scenario)
+    sim = sc.spec.simulation.model_copy(update={"iterations": max(2, sc.spec.simulation.warmup + 1)})
+    r = run_scenario(Scenario(sc.spec.model_copy(update={"simulation": sim}), sc.models, sc.cluster, sc.workload, sc.algorithm))
+    pools = {p.name: p.num_gpus for p in r.pools}
+    rows = []
+    for s in r.stages:
+        p = pools.get(s.pool, max(s.gpus, 1))  # CPU stages: their workers
+        par = s.work_s / s.depth_s if s.depth_s > 0 else float("inf")
+        rows.append(StageBounds(s.name, s.pool, p, s.flops, s.work_s, s.depth_s, par,
+                                max(s.work_s / p, s.depth_s), s.work_s / p + s.depth_s, s.time_s))
+    return WorkDepthReport(sc.name, r.num_gpus, tuple(rows), r.bounds.lower_bound_s, r.step_time_s,
+                           r.bounds.depth_s, r.bounds.work_s)

@@ -34,6 +34,8 @@ def fmt_bytes(n: float) -> str:
 
 
 def fmt_count(n: float) -> str:
+    if abs(n) >= 1e15:
+        return f"{n:.2e}"
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(n) >= scale:
             return f"{n / scale:.2f}{unit}"

@@ -1,0 +1,48 @@
+"""`rlperf analyze`: the work-depth model, symbolic (the taxonomy) and numeric (a scenario)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import typer
+
+from rlperf.cli.app import app
+from rlperf.cli.render import console, fmt_count, fmt_s, table
+
+
+@app.command("analyze")
+def analyze_cmd(
+    scenario: str = typer.Argument("grpo-qwen2.5-7b-colocated-sync", help="scenario file or example name"),
+    symbolic_only: bool = typer.Option(False, "--symbolic", help="print only the symbolic taxonomy table"),
+    as_json: bool = typer.Option(False, "--json", help="print the numbers as JSON"),
+) -> None:
+    """Work, depth, parallelism W/D and the bounds max(W/P, D) <= T_P <= W/P + D per stage."""
+    from rlperf.workdepth import STAGES, STRATEGIES, analyze
+
+    if not as_json:
+        for title, rows in (("work-depth per stage (symbolic)", STAGES), ("per parallelism strategy (symbolic)", STRATEGIES)):
+            t = table(title, "what", "work", "depth", "communication", "memory per device")
+            for r in rows:
+                t.add_row(r.what, r.work, r.depth, r.communication, r.memory_per_device)
+            console.print(t)
+        console.print("[dim]P parameters, N=B·G responses, L=L_p+L_r, n_l layers, h hidden, e epochs, M mini-batches, "
+                      "d/t/p/c/x dp/tp/pp/cp/ep, m micro-batches, s staleness, b bytes/element, t_l per-layer latency[/]")
+    if symbolic_only:
+        return
+    from rlperf.scenario import load_scenario
+
+    rep = analyze(load_scenario(scenario))
+    if as_json:
+        typer.echo(json.dumps(asdict(rep), indent=1, default=float))
+        return
+    t = table(f"{rep.scenario}: numbers per stage (mean per steady-state step)", "stage", "pool", "P", "FLOPs", "W (GPU·s)",
+              "D", "W/D", "max(W/P,D)", "W/P+D", "predicted")
+    for s in rep.stages:
+        par = f"{s.parallelism:,.0f}" if s.parallelism != float("inf") else "∞"
+        t.add_row(s.stage, s.pool, str(s.num_gpus), fmt_count(s.flops), f"{s.work_s:,.1f}", fmt_s(s.depth_s), par,
+                  fmt_s(s.lower_bound_s), fmt_s(s.brent_bound_s), fmt_s(s.predicted_s))
+    console.print(t)
+    console.print(f"step: predicted {fmt_s(rep.step_predicted_s)}, lower bound {fmt_s(rep.step_lower_bound_s)} "
+                  f"(W = {rep.iteration_work_s:,.0f} GPU·s over {rep.num_gpus} GPUs, iteration depth {fmt_s(rep.iteration_depth_s)}); "
+                  f"gap {rep.step_predicted_s / rep.step_lower_bound_s:.2f}x")

@@ -124,6 +124,7 @@ def test_error_stats_on_synthetic_numbers() -> None:
     assert st.within_25_pct == pytest.approx(0.5)
     assert st.within_50_pct == pytest.approx(0.75)
     assert rs[0].error_pct == pytest.approx(10.0) and rs[1].log_error == pytest.approx(abs(math.log(0.7)))
+    assert replace(rs[0], bound=120.0).below_bound and not replace(rs[0], bound=80.0).below_bound
     empty = error_stats([])
     assert empty.num_cases == 0 and math.isnan(empty.median_abs_error_pct)
 
@@ -164,6 +165,9 @@ def test_small_file_end_to_end(tmp_path: Path) -> None:
         assert got[cid].ok, got[cid].failure
         assert got[cid].predicted > 0 and math.isfinite(got[cid].predicted)
     assert 0 < got["share"].predicted <= 1
+    for cid in ("step", "gen"):  # time metrics carry the scenario's work-depth lower bound
+        assert 0 < got[cid].bound < math.inf
+    assert math.isnan(got["share"].bound) and not got["share"].below_bound
     assert not got["nostage"].ok and "no_such_stage" in (got["nostage"].failure or "")
     assert rep.stats("all", "all").num_cases == 6
     assert rep.skipped[0].id == "x"

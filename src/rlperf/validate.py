@@ -51,9 +51,18 @@ class SimSummary:
     generated_tokens_per_step: float
     trained_samples_per_step: float
     num_gpus: int
+    lower_bound_s: float  # the step's work-depth lower bound (SimResult.bounds)
+    stage_bounds_s: tuple[tuple[str, float], ...]  # per stage: max(work / its GPUs, depth)
 
     def stage_time(self, names: Sequence[str]) -> float:
-        have = dict(self.stage_times_s)
+        return self._sum(self.stage_times_s, names)
+
+    def stage_bound(self, names: Sequence[str]) -> float:
+        return self._sum(self.stage_bounds_s, names)
+
+    @staticmethod
+    def _sum(table: tuple[tuple[str, float], ...], names: Sequence[str]) -> float:
+        have = dict(table)
         for n in names:
             if n not in have:
                 raise SpecError("metric.stages", f"no stage {n!r} in this scenario", ", ".join(have))
@@ -71,10 +80,18 @@ class CaseResult:
     measured: float
     predicted: float  # nan when failed
     failure: str | None = None  # why the model could not predict (one line)
+    # Time metrics: the simulated scenario's work-depth lower bound for the same quantity (nan
+    # otherwise). A measured time below it means the scenario, as assumed, cannot be what ran
+    # (e.g. more tokens than the measured time allows at the profile's efficiencies).
+    bound: float = math.nan
 
     @property
     def ok(self) -> bool:
         return self.failure is None
+
+    @property
+    def below_bound(self) -> bool:
+        return self.ok and self.measured < self.bound
 
     @property
     def error_pct(self) -> float:
@@ -126,6 +143,7 @@ class ValidationReport:
                     "id": c.id, "metric": c.label, "split": c.split, "lengths": c.lengths, "measured": c.measured,
                     "predicted": None if not c.ok else c.predicted,
                     "error_pct": None if not c.ok else c.error_pct,
+                    "bound": None if math.isnan(c.bound) else c.bound, "below_bound": c.below_bound,
                     "failure": c.failure, "source_url": c.source_url,
                 }
                 for c in self.cases
@@ -207,6 +225,8 @@ def simulate_mapping(key: str, scale: ProfileScale = ()) -> SimSummary | str:
         generated_tokens_per_step=r.generated_tokens_per_step,
         trained_samples_per_step=samples,
         num_gpus=r.num_gpus,
+        lower_bound_s=r.bounds.lower_bound_s,
+        stage_bounds_s=tuple((s.name, max(s.work_s / max(s.gpus, 1), s.depth_s)) for s in r.stages),
     )
 
 
@@ -272,7 +292,12 @@ def predict(case: ValidationCase, sims: Mapping[str, SimSummary | str], profile_
             value = _value(m, base) / value
     except SpecError as err:
         return CaseResult(**common, predicted=math.nan, failure=str(err))
-    return CaseResult(**common, predicted=float(value))
+    bound = math.nan
+    if m.kind == "step_time_s":
+        bound = got.lower_bound_s
+    elif m.kind == "stage_time_s":
+        bound = got.stage_bound(m.stages)
+    return CaseResult(**common, predicted=float(value), bound=bound)
 
 
 def case_keys(cases: Iterable[ValidationCase], profile_path: str | None = None) -> list[str]:

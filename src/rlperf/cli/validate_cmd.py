@@ -31,11 +31,16 @@ def render_report(report: object, title: str) -> None:
     from rlperf.validate import ValidationReport
 
     assert isinstance(report, ValidationReport)
-    t = table(f"{title}: per case ({report.profile})", "case", "metric", "split", "measured", "predicted", "error")
+    t = table(f"{title}: per case ({report.profile})", "case", "metric", "split", "lengths", "measured",
+              "predicted", "error", "bound")
     for c in report.cases:
         err = f"{c.error_pct:+.0f}%" if c.ok else "failed"
-        t.add_row(c.id, c.label, c.split, _num(c.measured), _num(c.predicted) if c.ok else "-", err)
+        bound = _num(c.bound) + (" !" if c.below_bound else "")
+        t.add_row(c.id, c.label, c.split, c.lengths, _num(c.measured), _num(c.predicted) if c.ok else "-", err, bound)
     console.print(t)
+    below = sum(c.below_bound for c in report.cases)
+    console.print(f"bound: the simulated scenario's work-depth lower bound for the same time; '!' marks {below} "
+                  "measured times below it (the scenario as assumed cannot be what ran)")
     failed = [c for c in report.cases if not c.ok]
     if failed:
         f = table("cases the model could not predict", "case", "reason")

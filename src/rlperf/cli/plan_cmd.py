@@ -149,12 +149,14 @@ def plan_cmd(
     if as_json:
         out = search_json(res, explanation)
         if import_report is not None:
-            out["import_report"] = import_report.as_dict() if hasattr(import_report, "as_dict") else str(import_report)
+            out["import_report"] = import_report.lines()
         typer.echo(json.dumps(out, indent=1, default=float))
     else:
         render_search(res, explanation, sc)
         if import_report is not None:
-            console.print(import_report)
+            console.print("[bold]import report[/] (how your config was read):")
+            for line in import_report.lines():
+                console.print(f"  {line}", markup=False)
         if explain_:
             render_rejected(res)
     if report is not None:

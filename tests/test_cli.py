@@ -1,0 +1,62 @@
+"""The CLI surface: one-line errors with exit code 2, JSON outputs, the main job's options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlperf.cli.app import main
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "src" / "rlperf" / "frameworks" / "examples"
+SMALL = ["--model", "Qwen2.5-0.5B", "--nodes", "1", "--gpus-per-node", "4", "--prompts", "16", "--group-size", "4",
+         "--max-response", "1024", "--top-k", "1", "--jobs", "1"]
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        main(args)
+        code = 0
+    except SystemExit as ex:
+        code = int(ex.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("args, field", [
+    (["model", "show", "Qwen9-7B"], "model"),
+    (["plan", "--model", "nosuch"], "model"),
+    (["plan", "--objective", "speed"], "--objective"),
+    (["simulate", "no-such-scenario"], "scenario"),
+    (["hardware", "Z100"], "gpu"),
+])
+def test_bad_input_is_one_line_naming_the_field(args: list[str], field: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(args, capsys)
+    assert code == 2
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and field in lines[0], err
+    assert "Traceback" not in err + out
+
+
+def test_plan_json_has_best_baselines_and_user_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["plan", *SMALL, "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["best"]["step_time_s"] > 0
+    assert doc["user_plan"] is not None and doc["baselines"]
+    for b in doc["baselines"]:
+        assert doc["best"]["step_time_s"] <= b["step_time_s"] * (1 + 1e-9)
+    assert "explanation" in doc and doc["explanation"]["what_ifs"]
+
+
+def test_plan_from_verl_predicts_the_users_config_beside_the_best(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["plan", "--from", "verl", str(EXAMPLES / "verl_grpo_qwen2.5_7b.yaml"),
+                        "-o", "trainer.nnodes=1", "-o", "data.train_batch_size=32", "-o", "actor_rollout_ref.actor.ppo_mini_batch_size=16", "--top-k", "1", "--jobs", "1", "--json"], capsys)
+    assert code == 0, out
+    doc = json.loads(out)
+    user, best = doc["user_plan"], doc["best"]
+    assert user["label"].startswith("your plan") and user["step_time_s"] > 0
+    assert best["step_time_s"] <= user["step_time_s"] * (1 + 1e-9) or user["source"] == "user"
+    assert doc["import_report"]

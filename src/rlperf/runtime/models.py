@@ -52,10 +52,12 @@ def config_dict(model: str) -> dict[str, Any]:
     return load_config(model)
 
 
-def hf_config(model: str) -> Any:
+def hf_config(model: str, **overrides: Any) -> Any:
+    """The transformers config of ``model`` with ``overrides`` applied before it is built (so
+    derived fields, e.g. per-layer attention types, follow them)."""
     from transformers import AutoConfig
 
-    cfg = dict(config_dict(model))
+    cfg = {**config_dict(model), **overrides}
     model_type = cfg.pop("model_type", None)
     if model_type is None:
         raise SpecError("model", f"{model!r} has no model_type in its config.json")

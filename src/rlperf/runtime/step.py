@@ -67,6 +67,7 @@ class RuntimeOptions(Spec):
     seed: int = Field(default=0, ge=0)
     step: int = Field(default=0, ge=0)  # which step of the workload's length draws to run
     device: str = "auto"  # auto (CUDA if available), cpu, cuda, cuda:N
+    threads: int | None = Field(default=None, gt=0)  # torch intra-op threads; None: torch's default
     warmup: bool = True
     actor_lr: float = Field(default=1e-6, ge=0)
     critic_lr: float = Field(default=1e-5, ge=0)
@@ -117,6 +118,13 @@ class StepResult:
             if s.name == name:
                 return s.time_s
         raise KeyError(name)
+
+
+def set_threads(threads: int | None) -> None:
+    """Use ``threads`` intra-op threads (process-wide). On a CPU shared with other work, one
+    thread avoids OpenMP barrier waits on a descheduled core (many small ops slow down 10-100x)."""
+    if threads is not None:
+        torch.set_num_threads(threads)
 
 
 def _resolve_device(name: str) -> torch.device:
@@ -176,6 +184,7 @@ class StepRunner:
         self.active = tuple(s.name for s in self.alg.active_stages(updates))
         _check_spec(spec, self.alg, self.active)
         self.device = _resolve_device(self.opts.device)
+        set_threads(self.opts.threads)
         self.engine_dtype = torch_dtype(spec.plan.rollout.dtype, "plan.rollout.dtype")
         self.layouts = {r: spec.plan.layout_for(r) for r in ("actor", "critic", "ref")}
         self.train_dtype = {r: torch_dtype(lay.param_dtype, f"plan.layouts.{r}.param_dtype") for r, lay in self.layouts.items()}

@@ -122,15 +122,48 @@ def _read_user_file(path: Path) -> dict[str, Any]:
     return data
 
 
+# Top-level keys of a profile file kept for the record, not profile fields (``rlperf calibrate``
+# writes its raw micro-benchmark numbers there).
+RECORD_KEYS = ("measurements",)
+
+
+def accelerator_from_file(path: str | Path) -> Accelerator | None:
+    """The accelerator a profile file *defines* (an ``accelerator:`` mapping, as ``rlperf
+    calibrate`` writes for a device outside the catalog), or None if it defines none."""
+    p = Path(path)
+    spec = _read_user_file(p).get("accelerator")
+    if not isinstance(spec, dict):
+        return None
+    return parse(Accelerator, spec, where=f"{p.name}: accelerator")
+
+
+def _defined_accelerator(name: str, path: str | Path | None) -> Accelerator | None:
+    """The accelerator defined in the profile file at ``path`` if ``name`` is its id or alias."""
+    if path is None:
+        return None
+    acc = accelerator_from_file(path)
+    if acc is not None and normalize(name) in {normalize(k) for k in (acc.id, *acc.aliases)}:
+        return acc
+    return None
+
+
 def load_profile(accelerator_id: str, path: str | Path | None = None) -> HardwareProfile:
     """The shipped profile of an accelerator, with fields overridden from a YAML/JSON file.
 
     The file holds profile fields (plain values or ``{value: ..., url: ...}``), optionally an
     ``accelerator:`` key that must match, or a ``profiles: {<id>: {...}}`` mapping like the
-    shipped file. Fields it omits keep their shipped values."""
-    aid = load_accelerator(accelerator_id).id
-    shipped = _shipped_profiles().get(aid)
-    assert shipped is not None, f"profiles.yaml has no profile for {aid}"
+    shipped file. Fields it omits keep their shipped values. A file whose ``accelerator:`` is a
+    mapping defines a new accelerator (:func:`accelerator_from_file`); its fields then override
+    the generic profile."""
+    defined = _defined_accelerator(accelerator_id, path)
+    if defined is not None:
+        aid = defined.id
+        shipped = HardwareProfile(accelerator=aid, source="generic defaults (data/profiles.yaml generic:)")
+    else:
+        aid = load_accelerator(accelerator_id).id
+        found = _shipped_profiles().get(aid)
+        assert found is not None, f"profiles.yaml has no profile for {aid}"
+        shipped = found
     if path is None:
         return shipped
     p = Path(path)
@@ -141,9 +174,12 @@ def load_profile(accelerator_id: str, path: str | Path | None = None) -> Hardwar
             have = ", ".join(profiles) if isinstance(profiles, dict) else "none"
             raise SpecError("hardware_profile", f"{p.name} has no profile for {aid}", have)
         data = profiles[aid]
-    data = dict(data)
+    data = {k: v for k, v in data.items() if k not in RECORD_KEYS}
     named = data.pop("accelerator", None)
-    if named is not None and load_accelerator(str(named)).id != aid:
+    if isinstance(named, dict):
+        if defined is None:
+            raise SpecError("hardware_profile.accelerator", f"{p.name} defines {named.get('id')!r}, not {aid!r}")
+    elif named is not None and load_accelerator(str(named)).id != aid:
         raise SpecError("hardware_profile.accelerator", f"{p.name} is for {named!r}, not {aid!r}")
     values, prov = _split_entries(data)
     merged = shipped.model_dump()
@@ -169,10 +205,11 @@ def make_cluster(
 
     ``gpus_per_node`` defaults to the accelerator's node size (its scale-up domain). With only
     ``num_gpus``: fewer GPUs than a node make one partial node; more must fill whole nodes.
-    Without either count: one full node."""
+    Without either count: one full node. ``gpu`` may also name the accelerator that the profile
+    file defines (e.g. ``local``, written by ``rlperf calibrate``)."""
     for field, value in (("num_gpus", num_gpus), ("num_nodes", num_nodes), ("gpus_per_node", gpus_per_node)):
         _positive(field, value)
-    acc = load_accelerator(gpu)
+    acc = _defined_accelerator(gpu, profile_path) or load_accelerator(gpu)
     gpn = gpus_per_node if gpus_per_node is not None else acc.gpus_per_node
     if num_gpus is None:
         nodes = num_nodes if num_nodes is not None else 1

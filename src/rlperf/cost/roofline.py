@@ -56,6 +56,24 @@ def op_time(
     ``memory_efficiency`` overrides the profile's hbm_efficiency (e.g. decode_hbm_efficiency)."""
     _nonneg("flops", flops)
     _nonneg("num_bytes", num_bytes)
+    flops_per_s, bytes_per_s = ceilings(cluster, dtype, kind, memory_efficiency)
+    t_compute = flops / flops_per_s
+    t_memory = num_bytes / bytes_per_s
+    launch = cluster.profile.kernel_launch_s if launch_s is None else launch_s
+    body = max(t_compute, t_memory)
+    if launch > body:
+        bound = "latency"
+    else:
+        bound = "compute" if t_compute >= t_memory else "memory"
+    return OpCost(flops=flops, bytes=num_bytes, time_s=body + launch, bound=bound)
+
+
+def ceilings(
+    cluster: Cluster, dtype: str = "bf16", kind: OpKind = "matmul", memory_efficiency: float | None = None
+) -> tuple[float, float]:
+    """(achieved FLOP/s, achieved HBM bytes/s) of one kernel of ``kind``: what :func:`op_time`
+    divides by. Callers costing many kernels of one kind at once (numpy arrays of FLOPs and
+    bytes) take ``max(flops / ceiling, bytes / ceiling)`` themselves, with these."""
     acc, prof = cluster.accelerator, cluster.profile
     if kind == "matmul":
         ceiling = acc.peak(dtype) * prof.matmul_eff(dtype)
@@ -68,15 +86,7 @@ def op_time(
     mem_eff = prof.hbm_efficiency if memory_efficiency is None else memory_efficiency
     if not 0 < mem_eff <= 1:
         raise SpecError("memory_efficiency", f"must be in (0, 1], got {mem_eff!r}")
-    t_compute = flops / ceiling
-    t_memory = num_bytes / (acc.hbm_bandwidth_bytes_per_s * mem_eff)
-    launch = prof.kernel_launch_s if launch_s is None else launch_s
-    body = max(t_compute, t_memory)
-    if launch > body:
-        bound = "latency"
-    else:
-        bound = "compute" if t_compute >= t_memory else "memory"
-    return OpCost(flops=flops, bytes=num_bytes, time_s=body + launch, bound=bound)
+    return ceiling, acc.hbm_bandwidth_bytes_per_s * mem_eff
 
 
 def gemm(cluster: Cluster, m: int, n: int, k: int, dtype: str = "bf16") -> OpCost:

@@ -30,8 +30,8 @@ from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import TrainLayout, check_train_layout
 from rlperf.stages.base import StageCost
 from rlperf.stages.microbatch import as_lengths, microbatches_for
-from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShape, Tally, components
-from rlperf.stages.pipeline import pipeline_time
+from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes, Tally, components
+from rlperf.stages.pipeline import pipeline_times
 from rlperf.stages.shard import Head
 
 
@@ -68,34 +68,29 @@ def forward_pass(
     check_fits(mem, cluster.accelerator.hbm_bytes, name)
 
     devices = layout.tp * layout.cp
+    shapes = MicroBatchShapes.of(plan)
     tally = Tally()
-    rank_times: list[tuple[float, dict[str, float], float]] = []
-    for rank in plan.ranks:
-        shapes = [MicroBatchShape.of(mb) for mb in rank]
-        times = np.zeros((layout.pp, len(shapes)))
-        parts: list[list[dict[str, float]]] = []
-        for s, shard in enumerate(costs.shards):
-            row = []
-            for j, mb in enumerate(shapes):
-                fwd = costs.forward(shard, mb)
-                gather = costs.weight_gather(shard, fwd.compute_s)
-                tally.add(fwd, devices, gather.bytes_sent)
-                times[s, j] = fwd.time_s + gather.exposed_s
-                row.append({
-                    "compute": fwd.compute_s, "tp_comm": fwd.tp_s, "cp_comm": fwd.cp_s, "ep_comm": fwd.ep_s,
-                    "pp_comm": fwd.pp_s, "zero_gather": gather.exposed_s,
-                })
-            parts.append(row)
-        pipe = pipeline_time(times, layout.pp_schedule, layout.virtual_stages)
-        busy = _sum_parts(parts[pipe.busiest_stage]) if shapes else {}
-        rank_times.append((pipe.total_s, busy, pipe.bubble_s))
-
-    time_s, busy, bubble = max(rank_times, key=lambda r: r[0])
-    longest = MicroBatchShape.of(np.array([seqs.max()]))
-    depth = sum(costs.forward(shard, longest).compute_s for shard in costs.shards)
+    times = np.zeros((layout.pp, shapes.tokens.size))
+    parts: list[dict[str, np.ndarray]] = []  # per stage: each component, per micro-batch
+    for s, shard in enumerate(costs.shards):
+        fwd = costs.forward(shard, shapes)
+        gather = costs.weight_gather(shard, fwd.compute_s)
+        tally.add(fwd, devices, gather.bytes_sent)
+        times[s] = fwd.time_s + gather.exposed_s
+        parts.append({
+            "compute": fwd.compute_s, "tp_comm": fwd.tp_s, "cp_comm": fwd.cp_s, "ep_comm": fwd.ep_s,
+            "pp_comm": fwd.pp_s, "zero_gather": gather.exposed_s,
+        })
+    pipe = pipeline_times(times, plan.rank_of, plan.num_ranks, layout.pp_schedule, layout.virtual_stages)
+    # The most loaded rank sets the time (the first of equals).
+    r = int(np.argmax(pipe.total_s))
+    mine = plan.rank_of == r
+    busy = {k: sum(v[mine].tolist()) for k, v in parts[int(pipe.busiest_stage[r])].items()} if mine.any() else {}
+    longest = MicroBatchShapes.single(np.array([seqs.max()]))
+    depth = sum(float(costs.forward(shard, longest).compute_s[0]) for shard in costs.shards)
     return StageCost(
         name=name,
-        time_s=time_s,
+        time_s=float(pipe.total_s[r]),
         num_gpus=layout.world_size,
         work_s=tally.work_s,
         depth_s=depth,
@@ -103,13 +98,5 @@ def forward_pass(
         hbm_bytes=tally.hbm_bytes,
         comm_bytes=tally.comm_bytes,
         peak_memory_bytes=mem.total_bytes,
-        breakdown=components(busy, bubble),
+        breakdown=components(busy, float(pipe.bubble_s[r])),
     )
-
-
-def _sum_parts(rows: list[dict[str, float]]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for row in rows:
-        for k, v in row.items():
-            out[k] = out.get(k, 0.0) + v
-    return out

@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -33,28 +34,55 @@ from rlperf.specs.parallel import TrainLayout
 
 @dataclass(frozen=True)
 class MicroBatches:
-    """One mini-batch as it runs: ``ranks[r][j]`` is the token lengths of micro-batch ``j`` on
-    data-parallel rank ``r`` (whole sequences, before the cp split)."""
+    """One mini-batch as it runs, stored flat: ``lengths`` holds the token lengths of every
+    sequence (whole sequences, before the cp split), micro-batch after micro-batch and rank after
+    rank; micro-batch ``k`` is the next ``sizes[k]`` of them and runs on data-parallel rank
+    ``rank_of[k]`` (non-decreasing). Flat arrays let the stage models cost all micro-batches at
+    once; :attr:`ranks` gives the nested view."""
 
-    ranks: tuple[tuple[np.ndarray, ...], ...]
+    lengths: np.ndarray
+    sizes: np.ndarray
+    rank_of: np.ndarray
+    num_ranks: int
 
-    @property
-    def num_ranks(self) -> int:
-        return len(self.ranks)
+    @classmethod
+    def of(cls, ranks: Sequence[Sequence[Sequence[int]]]) -> MicroBatches:
+        """From ``ranks[r][j]``: the lengths of micro-batch ``j`` on rank ``r``."""
+        flat = [mb for rank in ranks for mb in rank]
+        lengths = np.fromiter((t for mb in flat for t in mb), np.int64)
+        sizes = np.fromiter((len(mb) for mb in flat), np.int64, len(flat))
+        rank_of = np.repeat(np.arange(len(ranks), dtype=np.int64), [len(rank) for rank in ranks])
+        return cls(lengths, sizes, rank_of, len(ranks))
+
+    @cached_property
+    def starts(self) -> np.ndarray:
+        """Index in ``lengths`` of each micro-batch's first sequence."""
+        return np.cumsum(self.sizes) - self.sizes
+
+    @cached_property
+    def ranks(self) -> tuple[tuple[np.ndarray, ...], ...]:
+        """``ranks[r][j]``: the token lengths of micro-batch ``j`` on data-parallel rank ``r``."""
+        mbs = np.split(self.lengths, np.cumsum(self.sizes)[:-1]) if self.sizes.size else []
+        first = np.searchsorted(self.rank_of, np.arange(self.num_ranks + 1))
+        return tuple(tuple(mbs[first[r] : first[r + 1]]) for r in range(self.num_ranks))
+
+    def microbatch_tokens(self) -> np.ndarray:
+        """Tokens of each micro-batch."""
+        return np.add.reduceat(self.lengths, self.starts) if self.sizes.size else np.zeros(0, np.int64)
 
     def rank_tokens(self) -> np.ndarray:
         """Tokens per dp rank."""
-        return np.array([sum(int(mb.sum()) for mb in r) for r in self.ranks], dtype=np.int64)
+        return np.bincount(self.rank_of, self.microbatch_tokens(), self.num_ranks).astype(np.int64)
 
     def max_microbatches(self) -> int:
-        return max(len(r) for r in self.ranks)
+        return int(np.bincount(self.rank_of, minlength=self.num_ranks).max())
 
     def max_microbatch_tokens(self) -> int:
         """Tokens of the largest micro-batch on any rank (what sizes the activation memory)."""
-        return max(int(mb.sum()) for r in self.ranks for mb in r)
+        return int(self.microbatch_tokens().max())
 
     def longest_sequence(self) -> int:
-        return max(int(mb.max()) for r in self.ranks for mb in r)
+        return int(self.lengths.max())
 
 
 def as_lengths(seq_tokens: np.ndarray | Sequence[int], field: str = "seq_tokens") -> np.ndarray:
@@ -72,18 +100,26 @@ def balance_over_ranks(seq_tokens: np.ndarray, num_ranks: int) -> tuple[np.ndarr
 
     Longest first, each to the least-loaded rank with room; a rank's sequences come out longest
     first. Ranks left without a sequence (fewer sequences than ranks) get an empty array."""
+    return tuple(np.array(p, dtype=np.int64) for p in _balance(seq_tokens, num_ranks))
+
+
+def _balance(seq_tokens: np.ndarray, num_ranks: int) -> list[list[int]]:
+    """:func:`balance_over_ranks` on plain ints (the loop runs once per sequence)."""
     assert num_ranks >= 1
     n = seq_tokens.size
     cap = [n // num_ranks + (1 if r < n % num_ranks else 0) for r in range(num_ranks)]
     heap = [(0, r) for r in range(num_ranks) if cap[r] > 0]
     heapq.heapify(heap)
     parts: list[list[int]] = [[] for _ in range(num_ranks)]
-    for length in np.sort(seq_tokens)[::-1]:
-        load, r = heapq.heappop(heap)
-        parts[r].append(int(length))
-        if len(parts[r]) < cap[r]:
-            heapq.heappush(heap, (load + int(length), r))
-    return tuple(np.array(p, dtype=np.int64) for p in parts)
+    for length in np.sort(seq_tokens)[::-1].tolist():
+        load, r = heap[0]  # the least-loaded rank (ties: lowest index)
+        part = parts[r]
+        part.append(length)
+        if len(part) < cap[r]:
+            heapq.heapreplace(heap, (load + length, r))
+        else:
+            heapq.heappop(heap)
+    return parts
 
 
 def by_count(seq_tokens: np.ndarray, micro_batch_size: int) -> tuple[np.ndarray, ...]:
@@ -95,33 +131,52 @@ def by_count(seq_tokens: np.ndarray, micro_batch_size: int) -> tuple[np.ndarray,
 
 def by_token_budget(seq_tokens: np.ndarray, max_tokens: int) -> tuple[np.ndarray, ...]:
     """First-fit-decreasing bins of at most ``max_tokens`` tokens; a longer sequence alone."""
+    bins = _first_fit_decreasing(np.sort(seq_tokens)[::-1].tolist(), max_tokens)
+    return tuple(np.array(b, dtype=np.int64) for b in bins)
+
+
+def _first_fit_decreasing(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """First fit of ``lengths`` (non-increasing) into bins of ``max_tokens``: each sequence goes
+    to the lowest-numbered bin with room for it, else to a new bin (with no room left if it is
+    longer than the budget).
+
+    A linear scan of the bins per sequence costs O(n x bins). Two heaps find the same bin in
+    O(log bins): ``fits`` holds the bins that may have room for the current sequence, by number
+    (checked lazily at its top), ``short`` the bins found too full, by room (max first). As
+    sequences only get shorter, a bin moves back from ``short`` to ``fits`` once its room
+    reaches the current length, so every bin with room for it is in ``fits``; its top after
+    the lazy check is the first fit."""
     assert max_tokens >= 1
     bins: list[list[int]] = []
     room: list[int] = []
-    for length in np.sort(seq_tokens)[::-1]:
-        t = int(length)
-        for i, free in enumerate(room):
-            if t <= free:
-                bins[i].append(t)
-                room[i] -= t
-                break
+    fits: list[int] = []
+    short: list[tuple[int, int]] = []  # (-room, bin)
+    for t in lengths:
+        while short and -short[0][0] >= t:
+            heapq.heappush(fits, heapq.heappop(short)[1])
+        while fits and room[fits[0]] < t:
+            i = heapq.heappop(fits)
+            heapq.heappush(short, (-room[i], i))
+        if fits:
+            i = fits[0]
+            bins[i].append(t)
+            room[i] -= t
         else:
+            heapq.heappush(fits, len(bins))
             bins.append([t])
             room.append(max(max_tokens - t, 0))
-    return tuple(np.array(b, dtype=np.int64) for b in bins)
+    return bins
 
 
 def microbatches_for(seq_tokens: np.ndarray, layout: TrainLayout) -> MicroBatches:
     """One mini-batch under ``layout``: balanced over its dp ranks, cut by count or by budget."""
-    parts = balance_over_ranks(seq_tokens, layout.dp)
+    parts = _balance(seq_tokens, layout.dp)
     budget = layout.max_tokens_per_microbatch
-    ranks = []
-    for part in parts:
-        if budget is None:
-            ranks.append(by_count(part, layout.micro_batch_size))
-        else:
-            ranks.append(by_token_budget(part, budget * layout.cp))
-    return MicroBatches(tuple(ranks))
+    if budget is None:
+        k = layout.micro_batch_size
+        return MicroBatches.of([[p[i : i + k] for i in range(0, len(p), k)] for p in parts])
+    # A rank's part is already longest first, the order first-fit-decreasing takes it in.
+    return MicroBatches.of([_first_fit_decreasing(p, budget * layout.cp) for p in parts])
 
 
 def split_minibatches(seq_tokens: np.ndarray, num_minibatches: int) -> tuple[np.ndarray, ...]:

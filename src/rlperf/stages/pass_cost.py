@@ -1,4 +1,9 @@
-"""One micro-batch through one pipeline stage on one device: compute and exposed communication.
+"""Micro-batches through one pipeline stage on one device: compute and exposed communication.
+
+Every cost here is taken over all micro-batches of a mini-batch at once: the fields of
+:class:`MicroBatchShapes` and :class:`PassCost` are numpy arrays with one entry per
+micro-batch, and each entry is the formula below evaluated for that micro-batch alone (the
+stage models take sums and maxima over them).
 
 Forward (per device of stage ``s``, ``t = tokens / cp`` tokens of the micro-batch):
 
@@ -62,12 +67,13 @@ from rlperf.cost.collectives import (
     reduce_scatter,
 )
 from rlperf.cost.memory_activations import ACTIVATION_DTYPE
-from rlperf.cost.roofline import OpCost, op_time
+from rlperf.cost.roofline import ceilings
 from rlperf.errors import SpecError
 from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import TrainLayout
+from rlperf.stages.microbatch import MicroBatches
 from rlperf.stages.shard import Head, StageShard, stage_shards
 
 COMPUTE_DTYPE = ACTIVATION_DTYPE  # mixed precision: matmuls and activations in bf16
@@ -81,49 +87,69 @@ Collective = Callable[[Cluster, float, CommGroup], CollectiveCost]
 
 
 @dataclass(frozen=True)
-class MicroBatchShape:
-    """What a micro-batch's cost depends on: its tokens and its causal attention pairs."""
+class MicroBatchShapes:
+    """What each micro-batch's cost depends on: its tokens and its causal attention pairs."""
 
-    tokens: int  # all sequences, before the cp split
-    pairs: float  # sum over sequences of L (L + 1) / 2 (per layer and head)
-    longest: int
+    tokens: np.ndarray  # all sequences, before the cp split
+    pairs: np.ndarray  # sum over sequences of L (L + 1) / 2 (per layer and head)
 
     @classmethod
-    def of(cls, seq_tokens: np.ndarray) -> MicroBatchShape:
+    def of(cls, plan: MicroBatches) -> MicroBatchShapes:
+        """Every micro-batch of ``plan``, in its order."""
+        if plan.sizes.size == 0:
+            return cls(np.zeros(0, np.int64), np.zeros(0))
+        lengths = plan.lengths.astype(np.float64)
+        # Integer-valued pair counts: exact in float64 (and in any order) below 2^53.
+        return cls(plan.microbatch_tokens(), np.add.reduceat(lengths * (lengths + 1) / 2, plan.starts))
+
+    @classmethod
+    def single(cls, seq_tokens: np.ndarray) -> MicroBatchShapes:
+        """One micro-batch of the sequences ``seq_tokens``."""
         lengths = seq_tokens.astype(np.float64)
-        return cls(int(seq_tokens.sum()), float((lengths * (lengths + 1) / 2).sum()), int(seq_tokens.max()))
+        return cls(np.array([seq_tokens.sum()]), np.array([(lengths * (lengths + 1) / 2).sum()]))
 
 
 @dataclass(frozen=True)
 class PassCost:
-    """One pass (forward, or backward incl. recompute) of a micro-batch on one device of a stage."""
+    """One pass (forward, or backward incl. recompute) of each micro-batch on one device of a
+    stage (arrays, one entry per micro-batch; ``launch_s`` is the same for all)."""
 
-    flops: float
-    hbm_bytes: float
-    body_s: float  # roofline time of the kernels, no launch cost (what work counts)
+    flops: np.ndarray
+    hbm_bytes: np.ndarray
+    body_s: np.ndarray  # roofline time of the kernels, no launch cost (what work counts)
     launch_s: float  # kernel launches
-    attention_s: float  # the attention part of body_s
-    tp_s: float = 0.0
-    cp_s: float = 0.0
-    ep_s: float = 0.0
-    pp_s: float = 0.0
-    comm_bytes: float = 0.0  # sent by this device
+    attention_s: np.ndarray  # the attention part of body_s
+    tp_s: np.ndarray
+    cp_s: np.ndarray
+    ep_s: np.ndarray
+    pp_s: np.ndarray
+    comm_bytes: np.ndarray  # sent by this device
 
     @property
-    def compute_s(self) -> float:
+    def compute_s(self) -> np.ndarray:
         return self.body_s + self.launch_s
 
     @property
-    def time_s(self) -> float:
+    def time_s(self) -> np.ndarray:
         return self.compute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s
 
 
 @dataclass(frozen=True)
+class Roof:
+    """Kernels of one kind for each micro-batch: FLOPs, HBM bytes, roofline time (no launch)."""
+
+    flops: np.ndarray
+    bytes: np.ndarray
+    time_s: np.ndarray
+
+
+@dataclass(frozen=True)
 class Exposed:
-    """A communication's full time, the part not hidden behind compute, and its bytes/device."""
+    """A communication's full time, the part not hidden behind compute (per micro-batch when
+    the compute is), and its bytes/device."""
 
     time_s: float
-    exposed_s: float
+    exposed_s: np.ndarray | float
     bytes_sent: float
 
 
@@ -145,13 +171,13 @@ def _total(ops: list[CollectiveCost], times: float) -> tuple[float, float]:
     return times * sum(o.time_s for o in ops), times * sum(o.bytes_sent_per_rank for o in ops)
 
 
-def overlap(comm_s: float, compute_s: float, units: int, bytes_sent: float) -> Exposed:
+def overlap(comm_s: float, compute_s: np.ndarray | float, units: int, bytes_sent: float) -> Exposed:
     """Prefetched/bucketed communication under compute: the first (or last) of ``units`` equal
-    pieces cannot overlap, the rest hides behind ``compute_s``."""
+    pieces cannot overlap, the rest hides behind ``compute_s`` (one entry per micro-batch)."""
     if comm_s <= 0:
-        return Exposed(0.0, 0.0, bytes_sent)
+        return Exposed(0.0, 0.0 * compute_s, bytes_sent)
     first = comm_s / max(units, 1)
-    return Exposed(comm_s, first + max(0.0, comm_s - first - compute_s), bytes_sent)
+    return Exposed(comm_s, first + np.maximum(0.0, comm_s - first - compute_s), bytes_sent)
 
 
 class LayoutCosts:
@@ -175,19 +201,20 @@ class LayoutCosts:
         per_pair = 2.0 * model.num_heads * (model.q_head_dim + model.v_head_dim) / tp
         self._attn_flops_per_pair_layer = per_pair
         self._units: dict[tuple[int, float], CommUnit] = {}
-        self._attn: dict[tuple[int, int, float], OpCost] = {}
         self._dp_comm: dict[tuple[int, str], tuple[float, float]] = {}
+        self._matmul = ceilings(cluster, COMPUTE_DTYPE, "matmul")
+        self._attention_roof = ceilings(cluster, COMPUTE_DTYPE, "attention")
+        self._elementwise_roof = ceilings(cluster, COMPUTE_DTYPE, "elementwise")
 
     # ------------------------------------------------------------------ compute
-    def _tokens(self, mb: MicroBatchShape) -> float:
+    def _tokens(self, mb: MicroBatchShapes) -> np.ndarray:
         return mb.tokens / self.layout.cp
 
-    def forward(self, shard: StageShard, mb: MicroBatchShape) -> PassCost:
-        """Forward of ``mb`` on one device of ``shard``'s stage, with its communication."""
+    def forward(self, shard: StageShard, mb: MicroBatchShapes) -> PassCost:
+        """Forward of each of ``mb`` on one device of ``shard``'s stage, with its communication."""
         cl, t = self.cluster, self._tokens(mb)
         weights = shard.params * _C
-        lin = op_time(cl, 2 * shard.matmul_params_per_token * t, weights + shard.matmul_io_per_token * t * _C,
-                      COMPUTE_DTYPE, "matmul", launch_s=0.0)
+        lin = _roof(2 * shard.matmul_params_per_token * t, weights + shard.matmul_io_per_token * t * _C, self._matmul)
         attn = self._attention(shard, mb)
         elem = self._elementwise(shard, t, LOGIT_PASSES_FORWARD, 1)
         body = lin.time_s + attn.time_s + elem.time_s
@@ -199,15 +226,15 @@ class LayoutCosts:
             body_s=body, launch_s=launch, attention_s=attn.time_s, **comm,
         )
 
-    def backward(self, shard: StageShard, mb: MicroBatchShape, fwd: PassCost) -> PassCost:
-        """Backward of ``mb`` (2x the forward's work; the layout's recompute replayed first)."""
+    def backward(self, shard: StageShard, mb: MicroBatchShapes, fwd: PassCost) -> PassCost:
+        """Backward of each of ``mb`` (2x the forward's work; the layout's recompute replayed
+        first); ``fwd`` is their forward."""
         cl, t, lay = self.cluster, self._tokens(mb), self.layout
         g = bytes_per(lay.grad_dtype)
         weights = shard.params * (_C + 2 * g)  # read weights for dgrad; accumulate weight grads
-        lin = op_time(cl, 4 * shard.matmul_params_per_token * t, weights + 2 * shard.matmul_io_per_token * t * _C,
-                      COMPUTE_DTYPE, "matmul", launch_s=0.0)
+        lin = _roof(4 * shard.matmul_params_per_token * t, weights + 2 * shard.matmul_io_per_token * t * _C, self._matmul)
         attn_f = self._attention(shard, mb)
-        attn = op_time(cl, 2 * attn_f.flops, 2 * attn_f.bytes, COMPUTE_DTYPE, "attention", launch_s=0.0)
+        attn = _roof(2 * attn_f.flops, 2 * attn_f.bytes, self._attention_roof)
         elem = self._elementwise(shard, t, LOGIT_PASSES_BACKWARD, 2)
         flops = lin.flops + attn.flops + elem.flops
         hbm = lin.bytes + attn.bytes + elem.bytes
@@ -216,10 +243,10 @@ class LayoutCosts:
         attention_s = attn.time_s
         if lay.recompute == "full":
             flops, hbm, body, launch = flops + fwd.flops, hbm + fwd.hbm_bytes, body + fwd.body_s, launch + fwd.launch_s
-            attention_s += fwd.attention_s
+            attention_s = attention_s + fwd.attention_s
         elif lay.recompute == "selective":
             flops, hbm, body = flops + attn_f.flops, hbm + attn_f.bytes, body + attn_f.time_s
-            attention_s += attn_f.time_s
+            attention_s = attention_s + attn_f.time_s
         replay = 1 if lay.recompute == "full" else 0
         comm = self._comm(
             shard, mb, attention_s, forward=False, tp_passes=1 + replay,
@@ -227,24 +254,18 @@ class LayoutCosts:
         )
         return PassCost(flops=flops, hbm_bytes=hbm, body_s=body, launch_s=launch, attention_s=attention_s, **comm)
 
-    def _elementwise(self, shard: StageShard, t: float, logit_passes: int, layer_factor: int) -> OpCost:
+    def _elementwise(self, shard: StageShard, t: np.ndarray, logit_passes: int, layer_factor: int) -> Roof:
         """Memory-bound kernels: the layers' norms, residual adds, rotary and activation
         (``layer_factor`` x their forward traffic) and ``logit_passes`` over the fp32 logits."""
         logits = t * shard.vocab_per_device
         num_bytes = logit_passes * logits * _FP32 + layer_factor * shard.elementwise_io_per_token * t * _C
-        return op_time(self.cluster, LOGIT_FLOPS * logits, num_bytes, COMPUTE_DTYPE, "elementwise", launch_s=0.0)
+        return _roof(LOGIT_FLOPS * logits, num_bytes, self._elementwise_roof)
 
-    def _attention(self, shard: StageShard, mb: MicroBatchShape) -> OpCost:
-        """The stage's attention kernels for ``mb`` (cached: forward and backward both use it)."""
-        key = (shard.stage, mb.tokens, mb.pairs)
-        hit = self._attn.get(key)
-        if hit is None:
-            t = self._tokens(mb)
-            flops = shard.num_layers * self._attn_flops_per_pair_layer * mb.pairs / self.layout.cp
-            hit = op_time(self.cluster, flops, shard.attention_io_per_token * t * _C, COMPUTE_DTYPE, "attention",
-                          launch_s=0.0)
-            self._attn[key] = hit
-        return hit
+    def _attention(self, shard: StageShard, mb: MicroBatchShapes) -> Roof:
+        """The stage's attention kernels for each of ``mb`` (forward)."""
+        t = self._tokens(mb)
+        flops = shard.num_layers * self._attn_flops_per_pair_layer * mb.pairs / self.layout.cp
+        return _roof(flops, shard.attention_io_per_token * t * _C, self._attention_roof)
 
     # ------------------------------------------------------------------ communication
     def _unit(self, shard: StageShard, t: float) -> CommUnit:
@@ -284,24 +305,36 @@ class LayoutCosts:
         return unit
 
     def _comm(
-        self, shard: StageShard, mb: MicroBatchShape, attention_s: float, *, forward: bool, tp_passes: int,
+        self, shard: StageShard, mb: MicroBatchShapes, attention_s: np.ndarray, *, forward: bool, tp_passes: int,
         ring_passes: int, a2a_passes: int,
-    ) -> dict[str, float]:
-        u, lay, n = self._unit(shard, self._tokens(mb)), self.layout, shard.num_layers
-        cp_s = cp_b = 0.0
+    ) -> dict[str, np.ndarray]:
+        """Per-micro-batch communication times and bytes of one pass (``tp_s``, ``cp_s``,
+        ``ep_s``, ``pp_s``, ``comm_bytes``: PassCost's fields)."""
+        lay, n = self.layout, shard.num_layers
+        t = self._tokens(mb)
+        if lay.tp == lay.cp == lay.ep == lay.pp == 1:  # nothing to send: skip the per-size units
+            zero = np.zeros(t.shape)
+            return {"tp_s": zero, "cp_s": zero, "ep_s": zero, "pp_s": zero, "comm_bytes": zero}
+        # The collectives' times are not linear in the bytes (algorithm choice), so each distinct
+        # per-device token count gets its unit (cached), spread back over the micro-batches.
+        sizes, where = np.unique(t, return_inverse=True)
+        units = [self._unit(shard, float(x)) for x in sizes.tolist()]
+        u = {k: np.array([getattr(x, k) for x in units]).reshape(len(units), 2)[where].T for k in
+             ("tp", "tp_head", "ring", "a2a", "ep", "pp")}
+        cp_s = cp_b = np.zeros(t.shape)
         if lay.cp > 1 and n:
             if lay.cp_kind == "ring":
                 # each of the cp - 1 steps hides its send behind one block of attention
-                step = max(0.0, u.ring[0] - attention_s / n / lay.cp)
+                step = np.maximum(0.0, u["ring"][0] - attention_s / n / lay.cp)
                 cp_s = ring_passes * n * (lay.cp - 1) * step
-                cp_b = ring_passes * n * (lay.cp - 1) * u.ring[1]
+                cp_b = ring_passes * n * (lay.cp - 1) * u["ring"][1]
             else:
-                cp_s, cp_b = a2a_passes * u.a2a[0], a2a_passes * u.a2a[1]
+                cp_s, cp_b = a2a_passes * u["a2a"][0], a2a_passes * u["a2a"][1]
         head = 1 if forward else 0
-        sent = tp_passes * u.tp[1] + head * u.tp_head[1] + cp_b + a2a_passes * u.ep[1] + u.pp[1]
+        sent = tp_passes * u["tp"][1] + head * u["tp_head"][1] + cp_b + a2a_passes * u["ep"][1] + u["pp"][1]
         return {
-            "tp_s": tp_passes * u.tp[0] + head * u.tp_head[0], "cp_s": cp_s, "ep_s": a2a_passes * u.ep[0], "pp_s": u.pp[0],
-            "comm_bytes": sent,
+            "tp_s": tp_passes * u["tp"][0] + head * u["tp_head"][0], "cp_s": cp_s, "ep_s": a2a_passes * u["ep"][0],
+            "pp_s": u["pp"][0], "comm_bytes": sent,
         }
 
     # ------------------------------------------------------------------ ZeRO / offload
@@ -310,20 +343,22 @@ class LayoutCosts:
         lay = self.layout
         return shard.dense_params / lay.shard_degree + shard.expert_params / (lay.shard_degree // lay.ep)
 
-    def weight_gather(self, shard: StageShard, compute_s: float) -> Exposed:
-        """ZeRO-3 all-gather (and/or CPU-offload upload) of the stage's weights for one pass."""
+    def weight_gather(self, shard: StageShard, compute_s: np.ndarray) -> Exposed:
+        """ZeRO-3 all-gather (and/or CPU-offload upload) of the stage's weights for one pass of
+        each micro-batch (``compute_s``: that pass's compute)."""
         t, sent = self._dp_traffic(shard, "weight_gather")
         return overlap(t, compute_s, shard.num_layers + 1, sent)
 
     def grad_reduce(
-        self, shard: StageShard, backward_s: float, collective: Literal["reduce_scatter", "all_reduce"]
+        self, shard: StageShard, backward_s: np.ndarray | float, collective: Literal["reduce_scatter", "all_reduce"]
     ) -> Exposed:
         """Gradient reduction of the stage over its data-parallel groups: ``"reduce_scatter"``
-        (ZeRO >= 1) or ``"all_reduce"`` (ZeRO-0), overlapped with ``backward_s`` when the layout
-        says so; offloaded gradients also cross PCIe."""
+        (ZeRO >= 1) or ``"all_reduce"`` (ZeRO-0), overlapped with ``backward_s`` (per
+        micro-batch, or the step's last backward) when the layout says so; offloaded gradients
+        also cross PCIe."""
         t, sent = self._dp_traffic(shard, collective)
         if not self.layout.overlap_grad_comm:
-            return Exposed(t, t, sent)
+            return Exposed(t, t + 0.0 * backward_s, sent)
         return overlap(t, backward_s, shard.num_layers + 1, sent)
 
     def param_gather(self, shard: StageShard) -> Exposed:
@@ -364,6 +399,12 @@ class LayoutCosts:
             groups.append((shard.expert_params, self.expert_shard_group))
         return [fn(self.cluster, params * elem_bytes, group) for params, group in groups]
 
+def _roof(flops: np.ndarray, num_bytes: np.ndarray, ceiling: tuple[float, float]) -> Roof:
+    """:func:`rlperf.cost.roofline.op_time` of one kernel per micro-batch, without launch:
+    ``max(flops / FLOP/s, bytes / bytes/s)`` elementwise."""
+    return Roof(flops, num_bytes, np.maximum(flops / ceiling[0], num_bytes / ceiling[1]))
+
+
 @dataclass
 class Tally:
     """Running totals over all devices (internal accumulator of a stage model)."""
@@ -374,11 +415,12 @@ class Tally:
     work_s: float = 0.0  # device-seconds at the roofline, no launches, no communication
 
     def add(self, p: PassCost, devices: int, extra_comm_bytes: float = 0.0) -> None:
-        """``p`` ran on each of ``devices`` devices (the tp x cp ranks of a stage)."""
-        self.flops += p.flops * devices
-        self.hbm_bytes += p.hbm_bytes * devices
-        self.comm_bytes += (p.comm_bytes + extra_comm_bytes) * devices
-        self.work_s += p.body_s * devices
+        """Every micro-batch of ``p`` ran on each of ``devices`` devices (the tp x cp ranks of a
+        stage); ``extra_comm_bytes`` more were sent per micro-batch."""
+        self.flops += float(p.flops.sum()) * devices
+        self.hbm_bytes += float(p.hbm_bytes.sum()) * devices
+        self.comm_bytes += (float(p.comm_bytes.sum()) + extra_comm_bytes * p.comm_bytes.size) * devices
+        self.work_s += float(p.body_s.sum()) * devices
 
 
 def components(busy: dict[str, float], bubble_s: float) -> tuple[tuple[str, float], ...]:

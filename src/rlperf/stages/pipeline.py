@@ -55,13 +55,51 @@ def pipeline_time(
     beat that when there are fewer micro-batches than stages)."""
     t = np.asarray(stage_s, dtype=np.float64)
     assert t.ndim == 2 and t.shape[0] >= 1, t.shape
+    ranks = pipeline_times(t, np.zeros(t.shape[1], np.int64), 1, schedule, virtual_stages)
+    return PipelineTime(float(ranks.busy_s[0]), float(ranks.bubble_s[0]), int(ranks.busiest_stage[0]))
+
+
+@dataclass(frozen=True)
+class PipelineTimes:
+    """:class:`PipelineTime` of each data-parallel rank (arrays indexed by rank)."""
+
+    busy_s: np.ndarray
+    bubble_s: np.ndarray
+    busiest_stage: np.ndarray
+
+    @property
+    def total_s(self) -> np.ndarray:
+        return self.busy_s + self.bubble_s
+
+
+def pipeline_times(
+    stage_s: np.ndarray,
+    rank_of: np.ndarray,
+    num_ranks: int,
+    schedule: PipelineSchedule = "1f1b",
+    virtual_stages: int = 1,
+) -> PipelineTimes:
+    """:func:`pipeline_time` of every dp rank at once: micro-batch ``j`` (column ``j`` of
+    ``stage_s``) runs on rank ``rank_of[j]`` (non-decreasing). A rank without micro-batches
+    takes no time."""
+    t = stage_s
+    assert t.ndim == 2 and t.shape[0] >= 1 and t.shape[1] == rank_of.size, (t.shape, rank_of.shape)
     assert (schedule == "interleaved") == (virtual_stages > 1)
-    if t.shape[1] == 0:
-        return PipelineTime(0.0, 0.0, 0)
-    per_stage = t.sum(axis=1)
-    busiest = int(np.argmax(per_stage))
-    longest = t.max(axis=1)
-    fill_drain = (float(longest.sum()) - float(longest[busiest])) / virtual_stages
-    busy = float(per_stage[busiest])
-    total = max(busy + fill_drain, float(t.sum(axis=0).max()))
-    return PipelineTime(busy, total - busy, busiest)
+    p, m = t.shape
+    if m == 0:
+        zero = np.zeros(num_ranks)
+        return PipelineTimes(zero, zero, np.zeros(num_ranks, np.int64))
+    # per stage and rank: the sum and the max over the rank's micro-batches
+    per_stage = np.stack([np.bincount(rank_of, t[s], num_ranks) for s in range(p)])
+    busiest = np.argmax(per_stage, axis=0)
+    first = np.searchsorted(rank_of, np.arange(num_ranks))
+    has = np.bincount(rank_of, minlength=num_ranks) > 0
+    longest = np.zeros((p, num_ranks))
+    longest[:, has] = np.maximum.reduceat(t, first[has], axis=1)
+    trip = np.zeros(num_ranks)
+    trip[has] = np.maximum.reduceat(t.sum(axis=0), first[has])
+    cols = np.arange(num_ranks)
+    busy = per_stage[busiest, cols]
+    fill_drain = (longest.sum(axis=0) - longest[busiest, cols]) / virtual_stages
+    total = np.maximum(busy + fill_drain, trip)
+    return PipelineTimes(busy, total - busy, busiest)

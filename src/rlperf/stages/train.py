@@ -52,8 +52,8 @@ from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import TrainLayout, check_train_layout
 from rlperf.stages.base import StageCost
 from rlperf.stages.microbatch import MicroBatches, as_lengths, microbatches_for, split_minibatches
-from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShape, Tally, components
-from rlperf.stages.pipeline import pipeline_time
+from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes, Tally, components
+from rlperf.stages.pipeline import pipeline_times
 from rlperf.stages.shard import Head, StageShard
 
 
@@ -152,22 +152,18 @@ def _step(costs: LayoutCosts, plan: MicroBatches, cpu_adam_params_per_s: float |
     lay = costs.layout
     devices = lay.tp * lay.cp
     tally = Tally()
-    ranks = []
-    for rank in plan.ranks:
-        ranks.append(_rank_pipeline(costs, [MicroBatchShape.of(mb) for mb in rank], tally, devices))
-    total, busy, bubble, last_bwd = max(ranks, key=lambda r: r[0])
-    busy = dict(busy)
+    total, busy, bubble, last_bwd = _pipeline(costs, plan, tally, devices)
 
     # Once per step: gradient reduction (ZeRO 0-2), parameter gather (ZeRO 1-2), optimizer.
     sync = gather = opt = 0.0
     for s, shard in enumerate(costs.shards):
         if lay.zero_stage < 3:
             red = costs.grad_reduce(shard, last_bwd[s], "all_reduce" if lay.zero_stage == 0 else "reduce_scatter")
-            sync = max(sync, red.exposed_s)
+            sync = max(sync, float(red.exposed_s))
             tally.comm_bytes += red.bytes_sent * devices * lay.dp
         if lay.zero_stage in (1, 2):
             pg = costs.param_gather(shard)
-            gather = max(gather, pg.exposed_s)
+            gather = max(gather, float(pg.exposed_s))
             tally.comm_bytes += pg.bytes_sent * devices * lay.dp
         opt_s, opt_work = _optimizer(costs, shard, cpu_adam_params_per_s)
         opt = max(opt, opt_s)
@@ -176,46 +172,53 @@ def _step(costs: LayoutCosts, plan: MicroBatches, cpu_adam_params_per_s: float |
     busy["param_gather"] = gather
     busy["optimizer"] = opt
 
-    longest = MicroBatchShape.of(np.array([plan.longest_sequence()]))
-    depth = sum(costs.forward(sh, longest).compute_s + costs.backward(sh, longest, costs.forward(sh, longest)).compute_s
-                for sh in costs.shards) + opt
-    return StepCost(total + sync + gather + opt, busy, bubble, depth, tally)
+    longest = MicroBatchShapes.single(np.array([plan.longest_sequence()]))
+    depth = 0.0
+    for sh in costs.shards:
+        fwd = costs.forward(sh, longest)
+        depth += float(fwd.compute_s[0] + costs.backward(sh, longest, fwd).compute_s[0])
+    return StepCost(total + sync + gather + opt, busy, bubble, depth + opt, tally)
 
 
-def _rank_pipeline(
-    costs: LayoutCosts, shapes: list[MicroBatchShape], tally: Tally, devices: int
+def _pipeline(
+    costs: LayoutCosts, plan: MicroBatches, tally: Tally, devices: int
 ) -> tuple[float, dict[str, float], float, list[float]]:
-    """Forward + backward of one dp rank's micro-batches through the pipeline: (time, parts of
-    the busiest stage, bubble, each stage's last backward compute time)."""
+    """Forward + backward of every dp rank's micro-batches through the pipeline, all ranks at
+    once: the straggler's (time, parts of its busiest stage, bubble, each stage's last backward
+    compute time); the work of all ranks goes to ``tally``."""
     lay = costs.layout
-    times = np.zeros((lay.pp, len(shapes)))
-    parts: list[dict[str, float]] = []
-    last_bwd: list[float] = []
+    shapes = MicroBatchShapes.of(plan)
+    times = np.zeros((lay.pp, shapes.tokens.size))
+    parts: list[dict[str, np.ndarray]] = []  # per stage: each component, per micro-batch
+    bwd_compute: list[np.ndarray] = []
     for s, shard in enumerate(costs.shards):
-        acc: dict[str, float] = {}
-        bwd_s = 0.0
-        for j, mb in enumerate(shapes):
-            fwd = costs.forward(shard, mb)
-            bwd = costs.backward(shard, mb, fwd)
-            gather_f = costs.weight_gather(shard, fwd.compute_s)
-            gather_b = costs.weight_gather(shard, bwd.compute_s)
-            rs = costs.grad_reduce(shard, bwd.compute_s, "reduce_scatter") if lay.zero_stage >= 3 else None
-            rs_exposed = rs.exposed_s if rs else 0.0
-            tally.add(fwd, devices, gather_f.bytes_sent)
-            tally.add(bwd, devices, gather_b.bytes_sent + (rs.bytes_sent if rs else 0.0))
-            times[s, j] = fwd.time_s + bwd.time_s + gather_f.exposed_s + gather_b.exposed_s + rs_exposed
-            for k, v in (
-                ("compute", fwd.compute_s + bwd.compute_s), ("tp_comm", fwd.tp_s + bwd.tp_s),
-                ("cp_comm", fwd.cp_s + bwd.cp_s), ("ep_comm", fwd.ep_s + bwd.ep_s), ("pp_comm", fwd.pp_s + bwd.pp_s),
-                ("zero_gather", gather_f.exposed_s + gather_b.exposed_s), ("grad_comm", rs_exposed),
-            ):
-                acc[k] = acc.get(k, 0.0) + v
-            bwd_s = bwd.compute_s
-        parts.append(acc)
-        last_bwd.append(bwd_s)
-    pipe = pipeline_time(times, lay.pp_schedule, lay.virtual_stages)
-    busy = parts[pipe.busiest_stage] if shapes else {}
-    return pipe.total_s, busy, pipe.bubble_s, last_bwd
+        fwd = costs.forward(shard, shapes)
+        bwd = costs.backward(shard, shapes, fwd)
+        gather_f = costs.weight_gather(shard, fwd.compute_s)
+        gather_b = costs.weight_gather(shard, bwd.compute_s)
+        if lay.zero_stage >= 3:
+            rs = costs.grad_reduce(shard, bwd.compute_s, "reduce_scatter")
+            rs_exposed, rs_sent = rs.exposed_s, rs.bytes_sent
+        else:
+            rs_exposed, rs_sent = np.zeros(shapes.tokens.size), 0.0
+        tally.add(fwd, devices, gather_f.bytes_sent)
+        tally.add(bwd, devices, gather_b.bytes_sent + rs_sent)
+        times[s] = fwd.time_s + bwd.time_s + gather_f.exposed_s + gather_b.exposed_s + rs_exposed
+        parts.append({
+            "compute": fwd.compute_s + bwd.compute_s, "tp_comm": fwd.tp_s + bwd.tp_s,
+            "cp_comm": fwd.cp_s + bwd.cp_s, "ep_comm": fwd.ep_s + bwd.ep_s, "pp_comm": fwd.pp_s + bwd.pp_s,
+            "zero_gather": gather_f.exposed_s + gather_b.exposed_s, "grad_comm": rs_exposed,
+        })
+        bwd_compute.append(bwd.compute_s)
+    pipe = pipeline_times(times, plan.rank_of, plan.num_ranks, lay.pp_schedule, lay.virtual_stages)
+    # The most loaded rank sets the step (the first of equals).
+    r = int(np.argmax(pipe.total_s))
+    mine = np.flatnonzero(plan.rank_of == r)
+    if mine.size == 0:
+        return 0.0, {}, 0.0, [0.0] * lay.pp
+    busy = {k: sum(v[mine].tolist()) for k, v in parts[int(pipe.busiest_stage[r])].items()}
+    last_bwd = [float(b[mine[-1]]) for b in bwd_compute]
+    return float(pipe.total_s[r]), busy, float(pipe.bubble_s[r]), last_bwd
 
 
 def _optimizer(costs: LayoutCosts, shard: StageShard, cpu_adam_params_per_s: float | None) -> tuple[float, float]:

@@ -57,7 +57,8 @@ class MicroBatches:
     @cached_property
     def starts(self) -> np.ndarray:
         """Index in ``lengths`` of each micro-batch's first sequence."""
-        return np.cumsum(self.sizes) - self.sizes
+        starts: np.ndarray = np.cumsum(self.sizes) - self.sizes
+        return starts
 
     @cached_property
     def ranks(self) -> tuple[tuple[np.ndarray, ...], ...]:

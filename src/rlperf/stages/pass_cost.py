@@ -127,11 +127,13 @@ class PassCost:
 
     @property
     def compute_s(self) -> np.ndarray:
-        return self.body_s + self.launch_s
+        compute: np.ndarray = self.body_s + self.launch_s
+        return compute
 
     @property
     def time_s(self) -> np.ndarray:
-        return self.compute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s
+        time: np.ndarray = self.compute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s
+        return time
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ class Exposed:
     the compute is), and its bytes/device."""
 
     time_s: float
-    exposed_s: np.ndarray | float
+    exposed_s: np.ndarray  # shaped as the compute it hides behind (0-d for a scalar)
     bytes_sent: float
 
 
@@ -175,9 +177,9 @@ def overlap(comm_s: float, compute_s: np.ndarray | float, units: int, bytes_sent
     """Prefetched/bucketed communication under compute: the first (or last) of ``units`` equal
     pieces cannot overlap, the rest hides behind ``compute_s`` (one entry per micro-batch)."""
     if comm_s <= 0:
-        return Exposed(0.0, 0.0 * compute_s, bytes_sent)
+        return Exposed(0.0, np.zeros(np.shape(compute_s)), bytes_sent)
     first = comm_s / max(units, 1)
-    return Exposed(comm_s, first + np.maximum(0.0, comm_s - first - compute_s), bytes_sent)
+    return Exposed(comm_s, np.asarray(first + np.maximum(0.0, comm_s - first - compute_s)), bytes_sent)
 
 
 class LayoutCosts:
@@ -358,13 +360,13 @@ class LayoutCosts:
         also cross PCIe."""
         t, sent = self._dp_traffic(shard, collective)
         if not self.layout.overlap_grad_comm:
-            return Exposed(t, t + 0.0 * backward_s, sent)
+            return Exposed(t, np.full(np.shape(backward_s), t), sent)
         return overlap(t, backward_s, shard.num_layers + 1, sent)
 
     def param_gather(self, shard: StageShard) -> Exposed:
         """ZeRO-1/2: all-gather of the updated weights after the optimizer step (not overlapped)."""
         t, sent = self._dp_traffic(shard, "param_gather")
-        return Exposed(t, t, sent)
+        return Exposed(t, np.asarray(t), sent)
 
     def _dp_traffic(self, shard: StageShard, kind: str) -> tuple[float, float]:
         """(time, bytes sent per device) of one data-parallel transfer of the stage (cached)."""

@@ -69,7 +69,8 @@ class PipelineTimes:
 
     @property
     def total_s(self) -> np.ndarray:
-        return self.busy_s + self.bubble_s
+        total: np.ndarray = self.busy_s + self.bubble_s
+        return total
 
 
 def pipeline_times(

@@ -212,10 +212,12 @@ def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch:
     import rlperf.calibration as cal
     from rlperf.specs.hardware_catalog import load_profile
 
-    cases = (_case(id="gen", source_url="https://example.org/d"), _case(id="upd", source_url="https://example.org/e"),
-             _case(id="held", source_url="https://example.org/a"))
+    cases = (_case(id="gen", source_url="https://example.org/d", lengths="published"),
+             _case(id="upd", source_url="https://example.org/e", lengths="published"),
+             _case(id="assumed", source_url="https://example.org/e"),
+             _case(id="held", source_url="https://example.org/a", lengths="published"))
     cf = load_cases(_write(tmp_path, _file(*cases)), check=False)
-    assert [c.split for c in cf.cases] == ["calibration", "calibration", "holdout"]
+    assert [c.split for c in cf.cases] == ["calibration", "calibration", "calibration", "holdout"]
     seen_ids: set[str] = set()
 
     def fake_run(cases, scale=(), jobs=1, profile_path=None):  # type: ignore[no-untyped-def]
@@ -233,7 +235,7 @@ def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch:
     assert res.objective_after == pytest.approx(0.0, abs=1e-12)
     assert res.objective_before > 0.1
     assert res.num_cases == 2
-    assert seen_ids == {"gen", "upd"}  # the hold-out case never enters the fit
+    assert seen_ids == {"gen", "upd"}  # neither the hold-out nor assumed-length cases enter the fit
     path = cal.write_profile(tmp_path / "prof.yaml", res)
     loaded = load_profile("H100", path)
     shipped = load_profile("H100")

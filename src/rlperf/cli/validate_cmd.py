@@ -99,7 +99,7 @@ def validate_cmd(
         label = "calibrated: " + ", ".join(f"{g} x{v:g}" for g, v in fitted.factors)
         calibrated = validate(cf, jobs=n_jobs, scale=as_scale(fitted.factor_map), profile_label=label)
         hold = calibrated.stats("step_time_s", "holdout")
-        note = f"Hold-out median |error| on step times: {hold.median_abs_error_pct:.0f}% ({hold.num_cases} cases)."
+        note = f"Hold-out median |error| on step times: {hold.median_abs_error_pct:.0f}% (n = {hold.num_cases})."
         path = write_profile(out, fitted, note)
         payload["calibration"] = {
             "factors": dict(fitted.factors), "num_cases": fitted.num_cases,
@@ -115,8 +115,8 @@ def validate_cmd(
     if fitted is not None:
         console.print(
             f"calibration: {', '.join(f'{g} x{v:g}' for g, v in fitted.factors)} fitted on {fitted.num_cases} "
-            f"calibration cases (median |ln(pred/meas)| {fitted.objective_before:.3f} -> {fitted.objective_after:.3f}); "
-            f"hold-out cases never enter the fit"
+            f"calibration-split cases with published response lengths (median |ln(pred/meas)| "
+            f"{fitted.objective_before:.3f} -> {fitted.objective_after:.3f}); hold-out cases never enter the fit"
         )
         render_report(calibrated, "calibrated")
         console.print(f"wrote the calibrated profile to {path} (use: cluster.profile or --profile)")

@@ -56,11 +56,11 @@ def calibrate_cmd(
         t.add_row("kernel launch (CUDA graph)", fmt_s(cal.graph_kernel_launch_s))
     console.print(t)
     prof = cal.to_profile()
-    eff = table("profile (fractions of the measured peaks)", "field", "value")
+    eff = table("profile: fractions of the measured peaks", "field", "value")
     for k in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency", "decode_hbm_efficiency", "train_mfu_cap"):
         eff.add_row(k, f"{prof[k]['value']:.3f}")
     for d, e in prof["matmul_efficiency_by_dtype"].items():
-        eff.add_row(f"matmul_efficiency[{d}]", f"{e['value']:.3f}")
+        eff.add_row(f"matmul_efficiency ({d})", f"{e['value']:.3f}")
     console.print(eff)
     console.print(f"wrote {out} (accelerator id 'local')")
 
@@ -115,7 +115,10 @@ def measure_cmd(
     }
     cmp = None
     if sim is not None:
-        cmp = compare_fn(meas, sim)
+        from rlperf.catalog import load_model
+        from rlperf.runtime.measure import unmodelled
+
+        cmp = compare_fn(meas, sim, unmodelled(hardware_profile or spec.cluster.profile, load_model(spec.model).num_layers, meas))
         write_chrome_trace(out / f"{spec.name}.predicted.trace.json", sim.segments, title=f"{spec.name} (predicted)")
         payload["comparison"] = {
             "stages": [{**asdict(r), "error": r.error} for r in cmp.rows],

@@ -106,10 +106,38 @@ class Comparison:
         return self.predicted_step_s / self.measured_step_s - 1.0
 
 
-def compare(meas: Measurement, sim: SimResult) -> Comparison:
+def unmodelled(profile: str | Path | None, num_layers: int, meas: Measurement) -> list[str]:
+    """What the calibration measured that the cost model has no term for, sized for this step."""
+    if profile is None:
+        return []
+    import yaml
+
+    data = yaml.safe_load(Path(profile).read_text()) or {}
+    m = data.get("measurements") or {}
+    notes: list[str] = []
+    eng = m.get("engine_step_s")
+    if isinstance(eng, dict) and "fixed_s" in eng:
+        per_step = float(eng["fixed_s"]) + num_layers * float(eng["per_layer_s"])
+        steps = meas.last.decode_steps
+        notes.append(
+            f"generate: HF generate's framework cost per decode step, from the calibration ({1e3 * float(eng['fixed_s']):.2f} ms "
+            f"+ {1e3 * float(eng['per_layer_s']):.2f} ms per layer), is ~{per_step * steps:.2f} s over the {steps} decode steps; "
+            "the simulator's engine (vLLM-like: CUDA-graph decode steps, continuous batching) has no such term"
+        )
+    cap = data.get("train_mfu_cap")
+    if isinstance(cap, dict) and "value" in cap:
+        notes.append(
+            f"forward passes (old_logprob, ref_logprob, values) are credited with the best GEMM rate; training with "
+            f"train_mfu_cap = {float(cap['value']):.2f} of it (the calibration's end-to-end decoder-layer rate), which the "
+            "forward-pass model does not apply"
+        )
+    return notes
+
+
+def compare(meas: Measurement, sim: SimResult, extra_notes: list[str] | None = None) -> Comparison:
     rows: list[StageRow] = []
     predicted = {s.name: s.time_s for s in sim.stages}
-    notes: list[str] = []
+    notes: list[str] = list(extra_notes or [])
     for name in meas.stage_names():
         rows.append(StageRow(name, meas.stage_best(name), meas.stage_median(name), predicted.get(name)))
         if name not in predicted:

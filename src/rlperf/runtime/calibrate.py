@@ -352,7 +352,7 @@ def _launch(device: torch.device, s: Sizes) -> tuple[float, float | None]:
         return eager, None
     graph = torch.cuda.CUDAGraph()
     ops = min(s.launch_ops, 1000)
-    stream = torch.cuda.Stream()
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     with torch.cuda.stream(stream):
         for _ in range(3):
             x.add_(1.0)
@@ -371,13 +371,11 @@ REFERENCE_BLOCK = "Qwen2.5-0.5B"
 def _block(device: torch.device, dtype: str, s: Sizes) -> float:
     """FLOP/s of forward + backward through one decoder layer of REFERENCE_BLOCK (HF eager,
     autocast to ``dtype``): 3 x (2 x linear params x tokens + 4 h d x causal pairs)."""
-    from transformers import AutoModel
-
-    from rlperf.runtime.models import compute_ctx, hf_config
+    from rlperf.runtime.models import compute_ctx, from_config, hf_config
 
     cfg = hf_config(REFERENCE_BLOCK, num_hidden_layers=1, vocab_size=1024)  # a small embedding (a gather)
     torch.manual_seed(0)
-    model = AutoModel.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32).to(device)
+    model = from_config("AutoModel", cfg).to(device)
     x = torch.randint(0, cfg.vocab_size, (s.block_batch, s.block_seq), device=device)
 
     def step() -> None:
@@ -386,25 +384,23 @@ def _block(device: torch.device, dtype: str, s: Sizes) -> float:
         h.float().sum().backward()
 
     t = best_time(step, device, s.repeats, s.budget_s)
-    linear = sum(m.weight.numel() for m in model.layers[0].modules() if isinstance(m, torch.nn.Linear))
-    head_dim = cfg.hidden_size // cfg.num_attention_heads
-    attn = 4.0 * cfg.num_attention_heads * head_dim * causal_pairs(s.block_seq, s.block_seq) * s.block_batch
+    linear: int = sum(m.weight.numel() for m in model.layers[0].modules() if isinstance(m, torch.nn.Linear))
+    heads, head_dim = int(cfg.num_attention_heads), int(cfg.hidden_size) // int(cfg.num_attention_heads)
+    attn = 4.0 * heads * head_dim * causal_pairs(s.block_seq, s.block_seq) * s.block_batch
     return 3.0 * (2.0 * linear * s.block_batch * s.block_seq + attn) / t
 
 
 def _engine_step(device: torch.device, s: Sizes) -> dict[str, float]:
     """HF ``generate`` time per decode step of a tiny model (batch 1, hidden 64): its framework
     cost, split into a fixed part and a part per layer (1 vs 3 layers)."""
-    from transformers import AutoModelForCausalLM
-
-    from rlperf.runtime.models import hf_config
+    from rlperf.runtime.models import from_config, hf_config
 
     steps = 32
     per: dict[int, float] = {}
     for layers in (1, 3):
         cfg = hf_config("tiny-qwen2", num_hidden_layers=layers, max_window_layers=layers, hidden_size=64, intermediate_size=128)
         torch.manual_seed(0)
-        lm = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32).to(device).eval()
+        lm = from_config("AutoModelForCausalLM", cfg).to(device).eval()
         ids = torch.ones(1, 4, dtype=torch.long, device=device) * 5
         run = lambda lm=lm, ids=ids: lm.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, top_k=0,
                                                  max_new_tokens=steps, min_new_tokens=steps, pad_token_id=1, eos_token_id=1)

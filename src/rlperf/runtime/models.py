@@ -66,24 +66,32 @@ def hf_config(model: str, **overrides: Any) -> Any:
     return AutoConfig.for_model(model_type, **cfg)
 
 
-def build_causal_lm(model: str, seed: int, device: torch.device) -> nn.Module:
-    """A randomly initialized causal LM (seeded), fp32 weights, SDPA attention."""
-    from transformers import AutoModelForCausalLM
+# transformers is untyped: its models are ``Any`` here (HF attributes such as ``config``,
+# ``generate`` or ``get_decoder`` are not on nn.Module).
+HFModel = Any
 
+
+def from_config(kind: str, config: Any) -> HFModel:
+    """``AutoModelForCausalLM`` / ``AutoModel`` ``.from_config``: fp32 weights, SDPA attention."""
+    import transformers
+
+    auto: Any = getattr(transformers, kind)
+    return auto.from_config(config, attn_implementation="sdpa", dtype=torch.float32)
+
+
+def build_causal_lm(model: str, seed: int, device: torch.device) -> HFModel:
+    """A randomly initialized causal LM (seeded), fp32 weights, SDPA attention."""
     torch.manual_seed(seed)
-    lm = AutoModelForCausalLM.from_config(hf_config(model), attn_implementation="sdpa", dtype=torch.float32)
-    return lm.to(device)
+    return from_config("AutoModelForCausalLM", hf_config(model)).to(device)
 
 
 class Critic(nn.Module):
     """The actor's backbone with a scalar value head (PPO critic, algorithms.md §3.1)."""
 
-    def __init__(self, actor: nn.Module) -> None:
+    def __init__(self, actor: HFModel) -> None:
         super().__init__()
-        from transformers import AutoModel
-
         cfg = actor.config
-        self.backbone = AutoModel.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+        self.backbone: HFModel = from_config("AutoModel", cfg)
         self.backbone.load_state_dict(actor.get_decoder().state_dict())  # initialized from the actor
         self.head = nn.Linear(cfg.hidden_size, 1)
         self.to(next(actor.parameters()).device)
@@ -137,20 +145,21 @@ def _at_predictors(x: Tensor, b: Padded) -> Tensor:
     return x.gather(1, idx)
 
 
-def token_logprobs(lm: nn.Module, b: Padded, dtype: torch.dtype) -> Tensor:
+def token_logprobs(lm: HFModel, b: Padded, dtype: torch.dtype) -> Tensor:
     """log pi(y_t | x, y_<t) of every response token, (n, R), fp32. Logits are computed over
     the whole sequence (as verl does) and read at the response positions."""
     with compute_ctx(b.input_ids.device, dtype):
         out = lm(input_ids=b.input_ids, attention_mask=b.attention_mask, use_cache=False)
     logits = _at_predictors(out.logits, b).float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, b.response_ids.unsqueeze(-1)).squeeze(-1)
+    logp: Tensor = torch.log_softmax(logits, dim=-1).gather(-1, b.response_ids.unsqueeze(-1)).squeeze(-1)
+    return logp
 
 
 def token_values(critic: Critic, b: Padded, dtype: torch.dtype) -> Tensor:
     """V(state before response token t), (n, R), fp32 (verl: values[:, -R-1:-1])."""
     with compute_ctx(b.input_ids.device, dtype):
         hidden = critic.backbone(input_ids=b.input_ids, attention_mask=b.attention_mask, use_cache=False).last_hidden_state
-        values = critic.head(_at_predictors(hidden, b)).squeeze(-1)
+        values: Tensor = critic.head(_at_predictors(hidden, b)).squeeze(-1)
     return values.float()
 
 

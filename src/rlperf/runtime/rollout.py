@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from rlperf.runtime.models import compute_ctx
+from rlperf.runtime.models import HFModel, compute_ctx
 
 
 class ForcedLength:
@@ -45,7 +45,7 @@ class ForcedLength:
 
 
 def generate_batch(
-    lm: nn.Module,
+    lm: HFModel,
     prompts: Sequence[Sequence[int]],
     targets: Sequence[int],
     cap: int,

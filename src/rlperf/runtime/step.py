@@ -41,6 +41,7 @@ from rlperf.runtime.arith import ArithVocab, make_prompt, score
 from rlperf.runtime.batching import microbatch_indices, minibatch_indices
 from rlperf.runtime.models import (
     Critic,
+    HFModel,
     Padded,
     build_causal_lm,
     frozen,
@@ -195,7 +196,7 @@ class StepRunner:
     # ------------------------------------------------------------------ models
     def _build_models(self) -> None:
         o = self.opts
-        self.actor = build_causal_lm(self.spec.model, o.seed, self.device)
+        self.actor: HFModel = build_causal_lm(self.spec.model, o.seed, self.device)
         cfg = self.actor.config
         eos = cfg.eos_token_id[0] if isinstance(cfg.eos_token_id, list) else cfg.eos_token_id
         if eos is None:
@@ -204,7 +205,7 @@ class StepRunner:
         self.pad_id = int(cfg.pad_token_id) if cfg.pad_token_id is not None else self.eos
         specials = [x for x in (cfg.bos_token_id, self.eos, self.pad_id) if x is not None]
         self.vocab = ArithVocab.for_model(cfg.vocab_size, specials, self.eos)
-        self.ref = None
+        self.ref: HFModel | None = None
         if "ref_logprob" in self.active:
             self.ref = copy.deepcopy(self.actor).eval().requires_grad_(False)
         self.critic: Critic | None = Critic(self.actor) if "critic" in self.alg.trained else None
@@ -454,7 +455,7 @@ class _StepState:
                 kl = am.aggregate(am.kl_estimate(logp, self.tensors["ref_logprob"][idx, :r_w], kl_kind), m, mode, norm_tokens=self.cap)  # type: ignore[arg-type]
                 loss = loss + o.kl_coef * kl
                 out["kl"] = float(kl.detach())
-            (w * loss).backward()
+            torch.autograd.backward(w * loss)
             self._count(b)
             return out
 
@@ -474,7 +475,7 @@ class _StepState:
             v = token_values(critic, b, rt.train_dtype["critic"])
             tok = am.value_token_losses(v, self.tensors["values"][idx, :r_w], self.tensors["returns"][idx, :r_w], o.value_clip)
             loss = am.aggregate(tok, b.response_mask, "token_mean")
-            (w * loss).backward()
+            torch.autograd.backward(w * loss)
             self._count(b)
             return {"critic_loss": float(loss.detach())}
 

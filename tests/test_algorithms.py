@@ -54,3 +54,8 @@ def test_old_logprob_only_with_several_updates() -> None:
     grpo = get_algorithm("GRPO")
     assert "old_logprob" not in [s.name for s in grpo.active_stages(1)]
     assert "old_logprob" in [s.name for s in grpo.active_stages(2)]
+
+
+def test_kl_in_the_reward_needs_old_logprobs_even_with_one_update() -> None:
+    for name in ("REINFORCE++", "RLOO", "PPO"):
+        assert "old_logprob" in [s.name for s in get_algorithm(name).active_stages(1)]

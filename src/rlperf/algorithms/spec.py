@@ -83,15 +83,18 @@ class AlgorithmSpec:
     def active_stages(self, updates_per_rollout: int, kl_enabled: bool | None = None) -> tuple[StageDef, ...]:
         """The stages that run, given the number of optimizer updates per rollout.
 
-        ``multi_update`` stages (old-policy log-probs) are needed only when the ratio can differ
-        from 1 (more than one update per rollout); verl still runs it for metrics, so callers that
-        model verl pass ``updates_per_rollout`` > 1 or force it. Dependencies on dropped stages are
-        removed (they are satisfied trivially)."""
+        ``multi_update`` stages (old-policy log-probs) are needed when the ratio can differ from 1
+        (more than one update per rollout) or when a KL penalty sits in the reward; verl still
+        runs it for metrics. Dependencies on dropped stages are removed (they are satisfied
+        trivially)."""
         kl_on = (self.kl != "none") if kl_enabled is None else kl_enabled
+        # A KL penalty in the reward is log pi_old - log pi_ref per token: it needs the old-policy
+        # log-probs even when the ratio is trivially 1 (one update per rollout).
+        needs_old = updates_per_rollout > 1 or (kl_on and self.kl == "k1_reward")
         keep: list[StageDef] = []
         dropped: set[str] = set()
         for s in self.stages:
-            if (s.condition == "kl" and not kl_on) or (s.condition == "multi_update" and updates_per_rollout <= 1):
+            if (s.condition == "kl" and not kl_on) or (s.condition == "multi_update" and not needs_old):
                 dropped.add(s.name)
                 continue
             keep.append(s)

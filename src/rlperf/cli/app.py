@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
             if isinstance(err, exc.ClickException):
                 print(f"error: {err.format_message()}", file=sys.stderr)
                 raise SystemExit(2) from None
-            if isinstance(err, exc.Abort):
+            if isinstance(err, getattr(exc, "Abort", ())):
                 raise SystemExit(130) from None
         raise
 

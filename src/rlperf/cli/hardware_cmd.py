@@ -12,7 +12,7 @@ from rich.table import Table
 
 from rlperf.cli.app import app
 from rlperf.specs.hardware import Accelerator, HardwareProfile
-from rlperf.specs.hardware_catalog import list_accelerators, load_accelerator, load_profile
+from rlperf.specs.hardware_catalog import accelerator_from_file, list_accelerators, load_accelerator, load_profile, normalize
 
 
 def _row(acc: Accelerator, prof: HardwareProfile) -> dict[str, Any]:
@@ -32,8 +32,13 @@ def hardware(
     ] = None,
 ) -> None:
     """List accelerators: peak compute, memory, links, price and achieved efficiencies."""
-    ids = [load_accelerator(gpu).id] if gpu else list_accelerators()
-    rows = [(load_accelerator(a), load_profile(a, hardware_profile)) for a in ids]
+    # A profile file may define its own accelerator (`rlperf calibrate` on a device outside the catalog).
+    defined = accelerator_from_file(hardware_profile) if hardware_profile else None
+    if defined is not None and (gpu is None or normalize(gpu) in {normalize(defined.id), *map(normalize, defined.aliases)}):
+        rows = [(defined, load_profile(defined.id, hardware_profile))]
+    else:
+        ids = [load_accelerator(gpu).id] if gpu else list_accelerators()
+        rows = [(load_accelerator(a), load_profile(a, hardware_profile)) for a in ids]
     if as_json:
         typer.echo(json.dumps([_row(a, p) for a, p in rows], indent=2))
         return

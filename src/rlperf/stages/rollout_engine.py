@@ -26,6 +26,11 @@ Scheduling policy (documented choices, modelled on vLLM V1):
   replica. This never deadlocks: without admissions the running set only shrinks while every
   step makes progress, and a single request fits alone (checked at the edge), so some request
   completes and admission resumes.
+
+When nothing outside a replica can change its course any more (every request has arrived and
+no stop is set), :meth:`Replica.plan_out` plans its remaining runs on integers alone (which
+request runs in which step depends only on step counts, never on times) into a
+:class:`RunLog`; :mod:`rlperf.stages.rollout_runout` then times them, with the same result.
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+
 from rlperf.stages.rollout_result import SegmentKind
-from rlperf.stages.rollout_step import Run, StepModel
+from rlperf.stages.rollout_step import Coef, Count, Run, StepModel
 
 WAITING, PREFILL, DECODING, DONE = 0, 1, 2, 3
 
@@ -82,6 +88,23 @@ class ReplicaStats:
     segments: list[tuple[float, float, int, SegmentKind]] = field(default_factory=list)
 
 
+@dataclass
+class RunLog:
+    """The runs :meth:`Replica.plan_out` planned (not yet timed): per run, the arguments of
+    :meth:`StepModel.run` and of the run's totals, and the requests that finished after it."""
+
+    num_decode: list[int] = field(default_factory=list)
+    context: list[int] = field(default_factory=list)  # total context at the run's first step
+    num_steps: list[int] = field(default_factory=list)
+    chunk: list[int] = field(default_factory=list)  # wave tokens prefilled over the run
+    num_wave: list[int] = field(default_factory=list)  # sequences being prefilled
+    occupied: list[int] = field(default_factory=list)
+    wave_s_per_token: list[float] = field(default_factory=list)
+    wave_flops_per_token: list[float] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)  # requests, in the order they finished
+    ends: list[int] = field(default_factory=list)  # len(finished) after each run
+
+
 class Replica:
     """One engine replica: a waiting queue, a prefill wave, and the decoding batch."""
 
@@ -123,6 +146,7 @@ class Replica:
         self.plan_s = 0.0
         self.plan_chunk = 0
         self.stats = ReplicaStats()
+        self.log: RunLog | None = None  # set while plan_out plans without times
 
     # ------------------------------------------------------------------ queries
     @property
@@ -193,6 +217,8 @@ class Replica:
         bk = self.book
         bk.status[i] = DONE
         bk.finish_s[i] = self.t
+        if self.log is not None:  # plan_out: the time is known once the runs are timed
+            self.log.finished.append(i)
         if bk.generated[i] == bk.response[i]:
             bk.num_finished += 1
         self.blocked = False
@@ -255,9 +281,21 @@ class Replica:
     # ------------------------------------------------------------------ runs of steps
     def plan_next(self) -> float:
         """Plan the run up to the next event; return its end time (inf when idle)."""
-        if not self.busy:
+        if not self._plan_steps():
             self.plan = None
             return math.inf
+        b, n = self.b, self.plan_n
+        self.plan = self.step.run(
+            b, self.ctx_fixed + b * self.S, self.plan_chunk / n, self.wave_s_per_token, len(self.wave)
+        )
+        self.plan_s = self.plan.time_s(n)
+        return self.t + self.plan_s
+
+    def _plan_steps(self) -> bool:
+        """Set ``plan_n``, the steps up to the next event, and ``plan_chunk``, the prefill
+        tokens they carry; False when idle."""
+        if not self.busy:
+            return False
         b, S = self.b, self.S
         n = 1 << 62
         if b:
@@ -271,13 +309,9 @@ class Replica:
             n = min(n, -(-self.wave_left // per_step))
             chunk = min(self.wave_left, n * per_step)
         assert n >= 1, (self.index, n)
-        self.plan = self.step.run(
-            b, self.ctx_fixed + b * S, chunk / n, self.wave_s_per_token, len(self.wave)
-        )
         self.plan_n = n
         self.plan_chunk = chunk
-        self.plan_s = self.plan.time_s(n)
-        return self.t + self.plan_s
+        return True
 
     def commit(self, m: int) -> None:
         """Run the first ``m`` steps of the plan."""
@@ -285,32 +319,63 @@ class Replica:
         assert plan is not None and 0 <= m <= self.plan_n
         if m == 0:
             return
-        b, S, step = self.b, self.S, self.step
+        b, S = self.b, self.S
         dt = self.plan_s if m == self.plan_n else plan.time_s(m)
-        tokens = 0
-        if self.wave:
-            tokens = min(self.wave_left, m * (self.budget - b))
-            self.wave_left -= tokens
-            self.stats.prefill_tokens += tokens
-        ctx_sum = m * (self.ctx_fixed + b * S) + b * 0.5 * m * (m - 1)
-        self.stats.flops += step.decode_flops(b * m, ctx_sum) + self.wave_flops_per_token * tokens
-        n_tok = b + -(-self.plan_chunk // self.plan_n)
-        mb = step.num_microbatches(b + len(self.wave))  # each micro-batch streams the weights
-        weights = mb * step.weight_bytes_per_gpu(-(-n_tok // mb))
-        self.stats.bytes_per_gpu += m * weights + step.kv_bytes_per_token_per_gpu * (
-            ctx_sum + b * m + tokens
+        tokens = min(self.wave_left, m * (self.budget - b)) if self.wave else 0
+        flops, num_bytes = run_totals(
+            self.step, b, self.ctx_fixed + b * S, m, tokens, b + -(-self.plan_chunk // self.plan_n),
+            b + len(self.wave), self.wave_flops_per_token,
         )
+        self.stats.flops += float(flops)
+        self.stats.bytes_per_gpu += float(num_bytes)
         self.stats.roofline_s += dt - m * plan.fixed
-        self.stats.decode_tokens += b * m
-        self.stats.num_steps += m
         self.stats.segments.append(
             (self.t, self.t + dt, self.occupied, "prefill" if self.wave else "decode")
         )
         self.stats.busy_s += dt
         self.t += dt
         self.stats.last_end_s = self.t
-        self.S = S + m
+        self._advance(m, tokens)
         self.plan = None
+
+    def _advance(self, m: int, tokens: int) -> None:
+        """The step counts of ``m`` steps that prefill ``tokens`` wave tokens."""
+        self.wave_left -= tokens
+        self.stats.prefill_tokens += tokens
+        self.stats.decode_tokens += self.b * m
+        self.stats.num_steps += m
+        self.S += m
+
+    def plan_out(self, may_drain: bool, debug: bool) -> bool:
+        """Plan runs on integers into ``self.log`` (no times) from the current step, as
+        committing and replanning event by event would, until idle (False) or, if
+        ``may_drain``, until only decoding sequences are left (True: see
+        :func:`rlperf.stages.rollout_runout.drain`). ``may_drain`` comes back on once the
+        replica has been out of that state (after a failed drain, admissions must happen
+        first)."""
+        log = self.log
+        assert log is not None
+        self.plan = None  # its run is planned again below, on integers
+        while self._plan_steps():
+            b, n, chunk = self.b, self.plan_n, self.plan_chunk
+            log.num_decode.append(b)
+            log.context.append(self.ctx_fixed + b * self.S)
+            log.num_steps.append(n)
+            log.chunk.append(chunk)
+            log.num_wave.append(len(self.wave))
+            log.occupied.append(self.occupied)
+            log.wave_s_per_token.append(self.wave_s_per_token)
+            log.wave_flops_per_token.append(self.wave_flops_per_token)
+            self._advance(n, chunk)
+            self.events()
+            log.ends.append(len(log.finished))
+            if debug:
+                self.check()
+            decode_only = self.b > 0 and not self.wave and not self.waiting
+            if decode_only and may_drain:
+                return True
+            may_drain = may_drain or not decode_only
+        return False
 
     def run_until(self, t_s: float, round_up: bool) -> None:
         """Commit the steps of the plan done by ``t_s`` (``round_up``: through the step that
@@ -355,3 +420,17 @@ class Replica:
             if bk.group[i] == g and bk.status[i] in (PREFILL, DECODING):
                 return i
         raise AssertionError(f"group {g} resident without members")
+
+
+def run_totals(
+    step: StepModel, b: Count, context: Count, m: Count, tokens: Count, n_tok: Count, num_seqs: Count,
+    prefill_flops_per_token: Coef,
+) -> tuple[Coef, Coef]:
+    """(FLOPs, HBM bytes per GPU) of ``m`` steps of ``b`` decodes from total context
+    ``context`` that also prefill ``tokens`` wave tokens (``n_tok`` tokens per step over
+    ``num_seqs`` sequences), for one run or arrays of runs."""
+    ctx_sum = m * context + b * 0.5 * m * (m - 1)
+    flops = step.decode_flops(b * m, ctx_sum) + prefill_flops_per_token * tokens
+    mb = step.num_microbatches(num_seqs)  # each micro-batch streams the weights
+    weights = mb * step.weight_bytes_per_gpu(-(-n_tok // mb))
+    return flops, m * weights + step.kv_bytes_per_token_per_gpu * (ctx_sum + b * m + tokens)

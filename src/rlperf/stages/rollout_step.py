@@ -56,6 +56,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import overload
+
+import numpy as np
 
 from rlperf.cost.collectives import all_reduce, group_for, p2p
 from rlperf.cost.memory_params import kv_heads_per_device
@@ -68,6 +71,12 @@ from rlperf.specs.parallel import EngineLayout
 # GEMM, rotary, attention, output GEMM, post-attention norm, gate-up GEMM, activation, down
 # GEMM. A structural count (not fitted); the per-kernel floor itself is profile data.
 KERNELS_PER_LAYER = 9
+
+# A coefficient of one run (a Python number) or of many runs at once (a numpy array, one entry
+# per run): the engine times all runs of a replica in one pass once nothing outside the replica
+# can change them (rlperf.stages.rollout_engine). Both go through the same expressions.
+Coef = float | np.ndarray
+Count = int | np.ndarray
 
 
 @dataclass(frozen=True)
@@ -140,19 +149,27 @@ class StepModel:
         )
 
     # ------------------------------------------------------------------ per step pieces
-    def weight_bytes_per_gpu(self, num_tokens: int) -> float:
+    def weight_bytes_per_gpu(self, num_tokens: Count) -> Coef:
         """Weight bytes one GPU streams in a step that processes ``num_tokens`` tokens."""
         if self.num_experts == 0:
             return self.dense_weight_bytes_per_gpu
         e, k = self.num_experts, self.experts_per_token
+        if isinstance(num_tokens, np.ndarray):
+            # Python's pow, as for one run: numpy's may differ in the last bit.
+            sizes, where = np.unique(num_tokens, return_inverse=True)
+            return np.array([self.weight_bytes_per_gpu(t) for t in sizes.tolist()])[where]
         touched = e * (1.0 - (1.0 - k / e) ** num_tokens)
         return self.dense_weight_bytes_per_gpu + touched * self.expert_bytes_per_gpu
 
-    def comm_s(self, num_tokens: int, num_microbatches: int = 1) -> float:
+    def comm_s(self, num_tokens: Count, num_microbatches: Count = 1) -> Coef:
         """TP all-reduces and PP hand-offs of one step over ``num_tokens`` tokens split into
         ``num_microbatches`` pipeline micro-batches (on the critical stage)."""
         if self.tp == 1 and self.pp == 1:
             return 0.0
+        if isinstance(num_tokens, np.ndarray):  # many runs: one (cached) figure each
+            mbs = np.broadcast_to(num_microbatches, num_tokens.shape).tolist()
+            return np.array([self.comm_s(t, m) for t, m in zip(num_tokens.tolist(), mbs)])
+        assert isinstance(num_microbatches, int)
         key = (num_tokens, num_microbatches)
         cached = self._comm_cache.get(key)
         if cached is None:
@@ -195,18 +212,47 @@ class StepModel:
         (every sequence advances once) then takes ``pp`` stage-times of one micro-batch: the
         token-proportional compute and KV traffic divide by ``mb``, while every micro-batch
         still streams its stage's weights (``mb = 1``: the stages run one after the other)."""
-        b, c = num_decode, chunk_tokens
-        n_tok = b + int(math.ceil(c))
-        mb = max(1, min(self.pp, b + num_prefill_seqs))
+        c0, c1, m0, m1, fixed = self._coefficients(
+            num_decode, context_tokens, chunk_tokens, prefill_s_per_token, num_prefill_seqs
+        )
+        return Run(float(c0), float(c1), float(m0), float(m1), self.floor_s, float(fixed))
+
+    def runs(
+        self,
+        num_decode: np.ndarray,
+        context_tokens: np.ndarray,
+        chunk_tokens: np.ndarray,
+        prefill_s_per_token: np.ndarray,
+        num_prefill_seqs: np.ndarray,
+    ) -> Runs:
+        """:meth:`run` of many runs at once (arrays, one entry per run)."""
+        c0, c1, m0, m1, fixed = self._coefficients(
+            num_decode, context_tokens, chunk_tokens, prefill_s_per_token, num_prefill_seqs
+        )
+        shape = num_decode.shape
+        c0, c1, m0, m1, fixed = (np.broadcast_to(x, shape) for x in (c0, c1, m0, m1, fixed))
+        return Runs(c0, c1, m0, m1, self.floor_s, fixed)
+
+    def _coefficients(
+        self, b: Count, context_tokens: Coef, c: Coef, prefill_s_per_token: Coef, num_prefill_seqs: Count
+    ) -> tuple[Coef, Coef, Coef, Coef, Coef]:
+        """(c0, c1, m0, m1, fixed) of :meth:`run`, for one run or arrays of runs."""
+        n_tok = b + _ceil(c)
+        mb = self.num_microbatches(b + num_prefill_seqs)
         kv_s = self.kv_bytes_per_token_per_gpu / self.hbm_bytes_per_s / mb
         attn_s = self.attention_flops_per_pair / self.attention_flops_per_s / mb
         c0 = b * self.decode_linear_flops_per_token / self.matmul_flops_per_s / mb
-        c0 += attn_s * (context_tokens + b) + prefill_s_per_token * c / mb
+        c0 = c0 + (attn_s * (context_tokens + b) + prefill_s_per_token * c / mb)
         weights_s = self.weight_bytes_per_gpu(-(-n_tok // mb)) / self.hbm_bytes_per_s
         m0 = weights_s + kv_s * (context_tokens + b + c)
-        return Run(c0, attn_s * b, m0, kv_s * b, self.floor_s, self.comm_s(n_tok, mb))
+        return c0, attn_s * b, m0, kv_s * b, self.comm_s(n_tok, mb)
 
-    def num_microbatches(self, num_seqs: int) -> int:
+    def num_microbatches(self, num_seqs: Count) -> Count:
+        """Pipeline micro-batches of a step over ``num_seqs`` sequences: ``min(pp, num_seqs)``,
+        at least one."""
+        if isinstance(num_seqs, np.ndarray):
+            clipped: np.ndarray = np.clip(num_seqs, 1, self.pp)
+            return clipped
         return max(1, min(self.pp, num_seqs))
 
     def prefill_s_per_token(self, num_tokens: int, num_pairs: float, num_seqs: int) -> float:
@@ -220,7 +266,7 @@ class StepModel:
         lin = num_tokens * self.prefill_linear_flops_per_token + num_seqs * self.lm_head_flops
         return lin + num_pairs * self.attention_flops_per_pair
 
-    def decode_flops(self, num_decode: int, context_sum: float) -> float:
+    def decode_flops(self, num_decode: Count, context_sum: Coef) -> Coef:
         """FLOPs of decode steps whose contexts sum to ``context_sum`` over ``num_decode``
         sequence-steps (each token also attends to itself)."""
         return (
@@ -280,7 +326,56 @@ class Run:
         return lo
 
 
-def _lin_sum(a: float, s: float, i0: int, i1: int) -> float:
+@dataclass(frozen=True)
+class Runs:
+    """Many runs at once (arrays, one entry per run), as :class:`Run`."""
+
+    c0: np.ndarray
+    c1: np.ndarray
+    m0: np.ndarray
+    m1: np.ndarray
+    floor: float
+    fixed: np.ndarray
+
+    def time_s(self, n: np.ndarray) -> np.ndarray:
+        """:meth:`Run.time_s` of every run over its ``n[k]`` steps: the same closed form with
+        the same operations, branch by branch, elementwise (the launch floor, rare, run by
+        run)."""
+        c0, c1, m0, m1, fixed = self.c0, self.c1, self.m0, self.m1, self.fixed
+        out = np.zeros(n.shape)
+        live = n > 0
+        floor = live & (self.floor > c0) & (self.floor > m0)
+        for k in np.flatnonzero(floor).tolist():
+            lines = [(float(c0[k]), float(c1[k])), (float(m0[k]), float(m1[k])), (self.floor, 0.0)]
+            out[k] = envelope_sum(lines, int(n[k])) + int(n[k]) * float(fixed[k])
+        same = live & ~floor & (c1 == m1)
+        out[same] = (_lin_sum(np.maximum(c0, m0), c1, 0, n) + n * fixed)[same]
+        cross = live & ~floor & ~same
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # x: only where c1 != m1
+            x = (m0 - c0) / (c1 - m1)  # the lines cross at step x
+        k = np.where(x >= n, n, np.where(x <= 0, 0, np.ceil(x)))  # steps before the crossing
+        up = c1 > m1
+        a, s, a2, s2 = np.where(up, m0, c0), np.where(up, m1, c1), np.where(up, c0, m0), np.where(up, c1, m1)
+        out[cross] = (_lin_sum(a, s, 0, k) + _lin_sum(a2, s2, k, n) + n * fixed)[cross]
+        return out
+
+
+def _ceil(x: Coef) -> Count:
+    if isinstance(x, np.ndarray):
+        up: np.ndarray = np.ceil(x).astype(np.int64)
+        return up
+    return int(math.ceil(x))
+
+
+@overload
+def _lin_sum(a: float, s: float, i0: int, i1: int) -> float: ...
+
+
+@overload
+def _lin_sum(a: np.ndarray, s: np.ndarray, i0: int | np.ndarray, i1: np.ndarray) -> np.ndarray: ...
+
+
+def _lin_sum(a: Coef, s: Coef, i0: Count, i1: Count) -> Coef:
     """sum_{i=i0}^{i1-1} (a + s·i)."""
     return (i1 - i0) * a + s * 0.5 * (i1 * (i1 - 1) - i0 * (i0 - 1))
 

@@ -93,14 +93,9 @@ class RunLog:
     """The runs :meth:`Replica.plan_out` planned (not yet timed): per run, the arguments of
     :meth:`StepModel.run` and of the run's totals, and the requests that finished after it."""
 
-    num_decode: list[int] = field(default_factory=list)
-    context: list[int] = field(default_factory=list)  # total context at the run's first step
-    num_steps: list[int] = field(default_factory=list)
-    chunk: list[int] = field(default_factory=list)  # wave tokens prefilled over the run
-    num_wave: list[int] = field(default_factory=list)  # sequences being prefilled
-    occupied: list[int] = field(default_factory=list)
-    wave_s_per_token: list[float] = field(default_factory=list)
-    wave_flops_per_token: list[float] = field(default_factory=list)
+    # (decoding sequences, their total context at the first step, steps, wave tokens prefilled
+    # over the run, sequences in the wave, wave_s_per_token, wave_flops_per_token)
+    runs: list[tuple[int, int, int, int, int, float, float]] = field(default_factory=list)
     finished: list[int] = field(default_factory=list)  # requests, in the order they finished
     ends: list[int] = field(default_factory=list)  # len(finished) after each run
 
@@ -184,23 +179,28 @@ class Replica:
             self._preempt()
         if not self.busy:
             self.blocked = False
-        if not self.wave and not self.blocked and self.waiting:
+        if not self.wave and not self.blocked and self.waiting and self.b < self.max_seqs:
             self._admit()
 
     def _join_wave(self) -> None:
-        bk, S = self.book, self.S
-        for i in self.wave:
-            bk.generated[i] += 1  # the last prefill step samples the first token
-            self.stats.decode_tokens += 1
+        bk, S, wave = self.book, self.S, self.wave
+        generated, heap, order = bk.generated, self.heap, self.next_order
+        ctx = 0
+        for i in wave:
+            generated[i] += 1  # the last prefill step samples the first token
             bk.status[i] = DECODING
             bk.join_step[i] = S
-            bk.order[i] = self.next_order
-            self.next_order += 1
-            self.b += 1
-            self.ctx_fixed += bk.prompt[i] + bk.generated[i] - S
-            self.kv_fixed -= S  # growth counted from now by b·S
-            heapq.heappush(self.heap, (S + bk.target[i] - bk.generated[i], bk.order[i], i))
-            self.stack.append(i)
+            bk.order[i] = order
+            ctx += bk.prompt[i] + generated[i] - S
+            heapq.heappush(heap, (S + bk.target[i] - generated[i], order, i))
+            order += 1
+        n = len(wave)
+        self.stats.decode_tokens += n
+        self.next_order = order
+        self.b += n
+        self.ctx_fixed += ctx
+        self.kv_fixed -= n * S  # growth counted from now by b·S
+        self.stack.extend(wave)
         self.wave = []
 
     def _leave(self, i: int) -> None:
@@ -247,23 +247,25 @@ class Replica:
             self.kv_fixed -= self.book.prompt[i]
 
     def _admit(self) -> None:
-        bk = self.book
+        bk, waiting, wave, sharing, resident = self.book, self.waiting, self.wave, self.sharing, self.group_resident
         kv_free = self.cap - self.kv_used() - self.b  # the running batch's next tokens come first
+        free_slots = self.max_seqs - self.b - len(wave)
         tokens = 0
         pairs = 0.0
-        while self.waiting and self.occupied < self.max_seqs:
-            i = self.waiting[0]
+        while waiting and free_slots > 0:
+            i = waiting[0]
             p, gen, g = bk.prompt[i], bk.generated[i], bk.group[i]
-            shared = self.sharing and g in self.group_resident
+            shared = sharing and g in resident
             need = (0 if shared else p) + gen + 1  # (its prompt unless resident) + its tokens + 1
             if need > kv_free:
                 break
-            self.waiting.popleft()
+            waiting.popleft()
             kv_free -= need
+            free_slots -= 1
             self.kv_fixed += need
-            if self.sharing:
-                self.group_resident[g] = self.group_resident.get(g, 0) + 1
-            bk.private_kv[i] = gen + 1 + (0 if self.sharing else p)
+            if sharing:
+                resident[g] = resident.get(g, 0) + 1
+            bk.private_kv[i] = gen + 1 + (0 if sharing else p)
             bk.status[i] = PREFILL
             # Tokens to prefill after ``cached`` tokens already in the cache (>= 1 for logits).
             new, cached = (gen, p) if shared else (p + gen, 0)
@@ -271,8 +273,8 @@ class Replica:
                 new, cached = 1, p - 1
             tokens += new
             pairs += new * cached + 0.5 * new * (new + 1)
-            self.wave.append(i)
-        if self.wave:
+            wave.append(i)
+        if wave:
             n = len(self.wave)
             self.wave_left = tokens
             self.wave_s_per_token = self.step.prefill_s_per_token(tokens, pairs, n)
@@ -358,14 +360,8 @@ class Replica:
         self.plan = None  # its run is planned again below, on integers
         while self._plan_steps():
             b, n, chunk = self.b, self.plan_n, self.plan_chunk
-            log.num_decode.append(b)
-            log.context.append(self.ctx_fixed + b * self.S)
-            log.num_steps.append(n)
-            log.chunk.append(chunk)
-            log.num_wave.append(len(self.wave))
-            log.occupied.append(self.occupied)
-            log.wave_s_per_token.append(self.wave_s_per_token)
-            log.wave_flops_per_token.append(self.wave_flops_per_token)
+            log.runs.append((b, self.ctx_fixed + b * self.S, n, chunk, len(self.wave), self.wave_s_per_token,
+                             self.wave_flops_per_token))
             self._advance(n, chunk)
             self.events()
             log.ends.append(len(log.finished))

@@ -95,6 +95,7 @@ def drain(replicas: list[Replica], debug: bool = False) -> list[Replica]:
 
     context, steps = (ctx_fixed + b * start).tolist(), (end - start).tolist()
     b_list, left, ids_list = b.tolist(), leaving.tolist(), ids.tolist()
+    zeros = [0] * len(b_list)
     gen_list = (generated + stop - join).tolist()  # what _leave counts: target reached
     bounds = np.append(rep_first, len(first)).tolist()
     for k, r in enumerate(replicas):
@@ -110,17 +111,10 @@ def drain(replicas: list[Replica], debug: bool = False) -> list[Replica]:
             bk.generated[i] = gen_list[j]
             bk.status[i] = DONE
             bk.num_finished += gen_list[j] == bk.response[i]
-        n = hi - lo
-        log.num_decode.extend(b_list[lo:hi])
-        log.context.extend(context[lo:hi])
-        log.num_steps.extend(steps[lo:hi])
-        log.chunk.extend([0] * n)
-        log.num_wave.extend([0] * n)
-        log.occupied.extend(b_list[lo:hi])
         # Nothing is prefilled; the replica's last per-token figures ride along (times zero),
         # as plan_next passes them.
-        log.wave_s_per_token.extend([r.wave_s_per_token] * n)
-        log.wave_flops_per_token.extend([r.wave_flops_per_token] * n)
+        wave_s, wave_flops = [r.wave_s_per_token] * (hi - lo), [r.wave_flops_per_token] * (hi - lo)
+        log.runs.extend(zip(b_list[lo:hi], context[lo:hi], steps[lo:hi], zeros[lo:hi], zeros[lo:hi], wave_s, wave_flops))
         log.ends.extend(list(accumulate(left[lo:hi], initial=len(log.finished)))[1:])
         log.finished.extend(ids_list[i0:i1])
         r.stats.decode_tokens += sum(x * y for x, y in zip(b_list[lo:hi], steps[lo:hi]))
@@ -145,17 +139,15 @@ def time_runs(replicas: list[Replica]) -> None:
     step = replicas[0].step
     assert all(r.step is step for r in replicas)
 
-    def column(name: str, dtype: type) -> np.ndarray:
-        return np.fromiter(chain.from_iterable(getattr(log, name) for log in logs), dtype)
-
-    b, ctx, n, chunk, n_wave = (column(k, np.int64) for k in ("num_decode", "context", "num_steps", "chunk", "num_wave"))
-    plan = step.runs(b, ctx, chunk / n, column("wave_s_per_token", np.float64), n_wave)
+    cols = list(zip(*chain.from_iterable(log.runs for log in logs)))
+    b, ctx, n, chunk, n_wave = (np.array(c, np.int64) for c in cols[:5])
+    wave_s, wave_flops = np.array(cols[5], np.float64), np.array(cols[6], np.float64)
+    plan = step.runs(b, ctx, chunk / n, wave_s, n_wave)
     dt = plan.time_s(n)
-    flops, num_bytes = run_totals(
-        step, b, ctx, n, chunk, b + -(-chunk // n), b + n_wave, column("wave_flops_per_token", np.float64)
-    )
+    flops, num_bytes = run_totals(step, b, ctx, n, chunk, b + -(-chunk // n), b + n_wave, wave_flops)
     roofline = dt - n * plan.fixed
-    bounds = list(accumulate((len(log.num_steps) for log in logs), initial=0))
+    occupied, prefill = (b + n_wave).tolist(), (n_wave > 0).tolist()
+    bounds = list(accumulate((len(log.runs) for log in logs), initial=0))
     for r, log, lo, hi in zip(replicas, logs, bounds[:-1], bounds[1:]):
         st = r.stats
         st.flops = _in_order(st.flops, np.asarray(flops)[lo:hi])
@@ -163,8 +155,8 @@ def time_runs(replicas: list[Replica]) -> None:
         st.roofline_s = _in_order(st.roofline_s, roofline[lo:hi])
         st.busy_s = _in_order(st.busy_s, dt[lo:hi])
         t = list(accumulate(dt[lo:hi].tolist(), initial=r.t))
-        kinds: list[SegmentKind] = ["prefill" if w else "decode" for w in log.num_wave]
-        st.segments.extend(zip(t[:-1], t[1:], log.occupied, kinds))
+        kinds: list[SegmentKind] = ["prefill" if w else "decode" for w in prefill[lo:hi]]
+        st.segments.extend(zip(t[:-1], t[1:], occupied[lo:hi], kinds))
         r.t = st.last_end_s = t[-1]
         done, finish_s = 0, r.book.finish_s
         for k, upto in enumerate(log.ends):

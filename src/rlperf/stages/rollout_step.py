@@ -166,9 +166,11 @@ class StepModel:
         ``num_microbatches`` pipeline micro-batches (on the critical stage)."""
         if self.tp == 1 and self.pp == 1:
             return 0.0
-        if isinstance(num_tokens, np.ndarray):  # many runs: one (cached) figure each
-            mbs = np.broadcast_to(num_microbatches, num_tokens.shape).tolist()
-            return np.array([self.comm_s(t, m) for t, m in zip(num_tokens.tolist(), mbs)])
+        if isinstance(num_tokens, np.ndarray):  # many runs: one figure per distinct pair
+            pairs = np.stack(np.broadcast_arrays(num_tokens, num_microbatches), axis=-1).reshape(-1, 2)
+            distinct, where = np.unique(pairs, axis=0, return_inverse=True)
+            per_pair = np.array([self.comm_s(t, m) for t, m in distinct.tolist()])
+            return per_pair[where.reshape(-1)].reshape(num_tokens.shape)
         assert isinstance(num_microbatches, int)
         key = (num_tokens, num_microbatches)
         cached = self._comm_cache.get(key)

@@ -242,3 +242,34 @@ def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch:
     assert loaded.decode_hbm_efficiency == pytest.approx(shipped.decode_hbm_efficiency * 0.8, abs=1e-4)
     assert loaded.matmul_efficiency == pytest.approx(min(1.0, shipped.matmul_efficiency * 1.15), abs=1e-4)
     assert loaded.hbm_efficiency == shipped.hbm_efficiency
+
+
+# ---------------------------------------------------------------------------- CLI
+def test_cli_validate_cases_file_json_table_profile_and_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from rlperf.calibration import CalibrationResult, write_profile
+    from rlperf.cli.app import _register, app, main
+
+    _register()
+    path = _write(tmp_path, _file(_case(id="step"), _case(id="gen", metric={"kind": "stage_time_s", "stages": ["generate"]})))
+    runner = CliRunner()
+    out = runner.invoke(app, ["validate", "--cases", str(path), "--json", "--jobs", "1"])
+    assert out.exit_code == 0, out.output
+    rep = json.loads(out.output)["uncalibrated"]
+    assert [c["id"] for c in rep["cases"]] == ["step", "gen"] and rep["skipped"][0]["id"] == "x"
+    table = runner.invoke(app, ["validate", "--cases", str(path), "--jobs", "1"], env={"COLUMNS": "200"})
+    assert table.exit_code == 0 and "median |error|" in table.output and "no hardware given" in table.output
+    prof = write_profile(tmp_path / "p.yaml", CalibrationResult((("compute", 0.5), ("decode", 0.5)), 1, 1.0, 0.5, ()))
+    slow = runner.invoke(app, ["validate", "--cases", str(path), "--json", "--jobs", "1", "--profile", str(prof)])
+    assert slow.exit_code == 0, slow.output
+    slow_rep = json.loads(slow.output)["profile"]
+    assert slow_rep["cases"][0]["predicted"] > rep["cases"][0]["predicted"]  # half the efficiency: slower
+    bad = _write(tmp_path, _file(_case(metric={"kind": "stage_time_s"})))
+    with pytest.raises(SystemExit) as ei:
+        main(["validate", "--cases", str(bad)])
+    assert ei.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: cases[c1].metric") and "\n" not in err

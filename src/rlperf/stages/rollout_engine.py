@@ -248,21 +248,22 @@ class Replica:
 
     def _admit(self) -> None:
         bk, waiting, wave, sharing, resident = self.book, self.waiting, self.wave, self.sharing, self.group_resident
+        prompt, generated, group = bk.prompt, bk.generated, bk.group
         kv_free = self.cap - self.kv_used() - self.b  # the running batch's next tokens come first
         free_slots = self.max_seqs - self.b - len(wave)
-        tokens = 0
+        tokens = kv_added = 0
         pairs = 0.0
         while waiting and free_slots > 0:
             i = waiting[0]
-            p, gen, g = bk.prompt[i], bk.generated[i], bk.group[i]
+            p, gen, g = prompt[i], generated[i], group[i]
             shared = sharing and g in resident
             need = (0 if shared else p) + gen + 1  # (its prompt unless resident) + its tokens + 1
             if need > kv_free:
                 break
             waiting.popleft()
             kv_free -= need
+            kv_added += need
             free_slots -= 1
-            self.kv_fixed += need
             if sharing:
                 resident[g] = resident.get(g, 0) + 1
             bk.private_kv[i] = gen + 1 + (0 if sharing else p)
@@ -274,6 +275,7 @@ class Replica:
             tokens += new
             pairs += new * cached + 0.5 * new * (new + 1)
             wave.append(i)
+        self.kv_fixed += kv_added
         if wave:
             n = len(self.wave)
             self.wave_left = tokens

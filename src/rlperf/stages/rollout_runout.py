@@ -18,6 +18,7 @@ event (:mod:`rlperf.stages.rollout`), at a fraction of the cost:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import accumulate, chain
 
 import numpy as np
@@ -26,46 +27,65 @@ from rlperf.stages.rollout_engine import DECODING, DONE, Replica, RunLog, run_to
 from rlperf.stages.rollout_result import SegmentKind
 
 
+@dataclass(frozen=True)
+class Drained:
+    """The runs :func:`drain` found (arrays, one entry per run, each replica's in run order)
+    and the requests that finished at the end of each."""
+
+    replica: np.ndarray  # Replica.index of the run's replica
+    num_decode: np.ndarray
+    context: np.ndarray  # total context at the run's first step
+    num_steps: np.ndarray
+    requests: np.ndarray  # the drained requests, run after run
+    run_of: np.ndarray  # for each of them, its run (index into the arrays above)
+
+
 def run_out(replicas: list[Replica], debug: bool = False) -> None:
     """Run every replica with a planned run until idle (``debug``: check the invariants at
     every event)."""
     active = [r for r in replicas if r.plan is not None]
     for r in active:
         r.log = RunLog()
-    todo, may_drain = active, True
+    todo, may_drain, drained = active, True, []
     while todo:
-        todo = drain([r for r in todo if r.plan_out(may_drain, debug)], debug)
+        ready = [r for r in todo if r.plan_out(may_drain, debug)]  # the rest went idle
+        drained.append(drain(ready, debug))
+        finished = set(drained[-1].replica.tolist())
+        todo = [r for r in ready if r.index not in finished]  # their KV cache would overflow
         may_drain = False  # a replica the drain sent back must admit again before retrying
-    time_runs(active)
+    time_runs(active, drained)
     for r in active:
         r.log = None
 
 
-def drain(replicas: list[Replica], debug: bool = False) -> list[Replica]:
-    """Run out ``replicas``, each holding only decoding sequences (nothing waiting, no wave),
-    into their logs; return those that would overflow their KV cache (left unchanged)."""
+def drain(replicas: list[Replica], debug: bool = False) -> Drained:
+    """Run out the ``replicas`` (each holding only decoding sequences: nothing waiting, no
+    wave) whose KV cache suffices; the others are left as they are (they go on event by
+    event)."""
+    none = np.zeros(0, np.int64)
     if not replicas:
-        return []
+        return Drained(none, none, none, none, none, none)
     bk = replicas[0].book
-    # Every live decoding request, ordered by (replica, finish step, join order): the order
-    # in which events() would let them leave.
-    live = [
-        (k, s, o, i)
-        for k, r in enumerate(replicas)
-        for s, o, i in r.heap
-        if bk.status[i] == DECODING and bk.order[i] == o
-    ]
-    rep, stop, order, ids = (np.array(c, np.int64) for c in zip(*live))
+    # Every live decoding request, ordered by (replica, finish step, join order): the order in
+    # which events() would let them leave.
+    heaps = [np.array(r.heap, np.int64).reshape(-1, 3) for r in replicas]
+    rep = np.repeat(np.arange(len(replicas)), [len(h) for h in heaps])
+    stop, order, ids = np.concatenate(heaps).T
+
+    def book(values: list[int], at: np.ndarray) -> np.ndarray:
+        return np.fromiter(map(values.__getitem__, at.tolist()), np.int64, len(at))
+
+    live = (book(bk.status, ids) == DECODING) & (book(bk.order, ids) == order)
+    rep, stop, order, ids = rep[live], stop[live], order[live], ids[live]
     by = np.lexsort((order, stop, rep))
     rep, stop, ids = rep[by], stop[by], ids[by]
-    prompt, generated = np.array(bk.prompt)[ids], np.array(bk.generated)[ids]
-    join, private = np.array(bk.join_step)[ids], np.array(bk.private_kv)[ids]
+    prompt, generated = book(bk.prompt, ids), book(bk.generated, ids)
+    join, private, group = book(bk.join_step, ids), book(bk.private_kv, ids), book(bk.group, ids)
     # What each request takes off ctx_fixed and kv_fixed when it leaves (Replica._leave); the
     # last member of a group also frees the group's shared prompt.
     ctx = prompt + generated - join
     kv = private - join
     sharing = np.array([r.sharing for r in replicas])
-    group = np.array(bk.group)[ids]
     key = rep * (int(group.max()) + 1) + group
     last = len(key) - 1 - np.unique(key[::-1], return_index=True)[1]
     kv[last] += np.where(sharing[rep[last]], prompt[last], 0)
@@ -82,44 +102,37 @@ def drain(replicas: list[Replica], debug: bool = False) -> list[Replica]:
         done = np.cumsum(per_run) - per_run
         return done - done[rep_first][run_rep]  # type: ignore[no-any-return]
 
+    now = {k: np.array([getattr(r, k) for r in replicas], np.int64) for k in ("S", "b", "ctx_fixed", "kv_fixed", "cap")}
     leaving = np.diff(np.append(first, len(ids)))
-    scalars = {k: np.array([getattr(r, k) for r in replicas], np.int64) for k in ("S", "b", "ctx_fixed", "kv_fixed", "cap")}
-    b = scalars["b"][run_rep] - before(leaving)
-    ctx_fixed = scalars["ctx_fixed"][run_rep] - before(np.add.reduceat(ctx, first))
-    kv_fixed = scalars["kv_fixed"][run_rep] - before(np.add.reduceat(kv, first))
-    start = np.where(opening, scalars["S"][run_rep], np.r_[0, end[:-1]])
+    b = now["b"][run_rep] - before(leaving)
+    ctx_fixed = now["ctx_fixed"][run_rep] - before(np.add.reduceat(ctx, first))
+    kv_fixed = now["kv_fixed"][run_rep] - before(np.add.reduceat(kv, first))
+    start = np.where(opening, now["S"][run_rep], np.r_[0, end[:-1]])
+    # The requests are every decoding sequence and hold all of the KV cache in use.
+    assert np.array_equal(np.bincount(rep, minlength=len(replicas)), now["b"])
+    assert np.array_equal(np.bincount(rep, ctx, len(replicas)), now["ctx_fixed"])
+    assert np.array_equal(np.bincount(rep, kv, len(replicas)), now["kv_fixed"])
     # A run reaches its finish step with no KV stop iff kv_fixed + b * end <= cap, i.e.
     # (cap - kv_used) // b >= end - start in Replica._plan_steps.
-    overflow = kv_fixed + b * end > scalars["cap"][run_rep]
-    bad = set(np.unique(run_rep[overflow]).tolist())
+    fits = np.ones(len(replicas), bool)
+    fits[run_rep[kv_fixed + b * end > now["cap"][run_rep]]] = False
+    runs, reqs = fits[run_rep], fits[rep]
 
-    context, steps = (ctx_fixed + b * start).tolist(), (end - start).tolist()
-    b_list, left, ids_list = b.tolist(), leaving.tolist(), ids.tolist()
-    zeros = [0] * len(b_list)
-    gen_list = (generated + stop - join).tolist()  # what _leave counts: target reached
-    bounds = np.append(rep_first, len(first)).tolist()
+    # Every drained request leaves having generated up to its finish step (Replica._leave).
+    final = generated + stop - join
+    ids_list = ids[reqs].tolist()
+    for i, g in zip(ids_list, final[reqs].tolist()):
+        bk.generated[i] = g
+        bk.status[i] = DONE
+    bk.num_finished += int(np.sum(final[reqs] == book(bk.response, ids[reqs])))
+    last_end = np.maximum.reduceat(end, rep_first).tolist()
+    decoded = np.bincount(run_rep, b * (end - start), len(replicas)).astype(np.int64).tolist()
     for k, r in enumerate(replicas):
-        if k in bad:
+        if not fits[k]:
             continue
-        log = r.log
-        assert log is not None
-        lo, hi = bounds[k], bounds[k + 1]
-        i0, i1 = int(first[lo]), int(first[hi]) if hi < len(first) else len(ids_list)
-        assert i1 - i0 == r.b and int(ctx[i0:i1].sum()) == r.ctx_fixed and int(kv[i0:i1].sum()) == r.kv_fixed
-        for j in range(i0, i1):
-            i = ids_list[j]
-            bk.generated[i] = gen_list[j]
-            bk.status[i] = DONE
-            bk.num_finished += gen_list[j] == bk.response[i]
-        # Nothing is prefilled; the replica's last per-token figures ride along (times zero),
-        # as plan_next passes them.
-        wave_s, wave_flops = [r.wave_s_per_token] * (hi - lo), [r.wave_flops_per_token] * (hi - lo)
-        log.runs.extend(zip(b_list[lo:hi], context[lo:hi], steps[lo:hi], zeros[lo:hi], zeros[lo:hi], wave_s, wave_flops))
-        log.ends.extend(list(accumulate(left[lo:hi], initial=len(log.finished)))[1:])
-        log.finished.extend(ids_list[i0:i1])
-        r.stats.decode_tokens += sum(x * y for x, y in zip(b_list[lo:hi], steps[lo:hi]))
-        r.stats.num_steps += int(end[hi - 1]) - r.S
-        r.S = int(end[hi - 1])
+        r.stats.decode_tokens += decoded[k]
+        r.stats.num_steps += last_end[k] - r.S
+        r.S = last_end[k]
         r.b = r.ctx_fixed = r.kv_fixed = 0
         r.heap.clear()
         r.stack.clear()
@@ -127,27 +140,51 @@ def drain(replicas: list[Replica], debug: bool = False) -> list[Replica]:
         r.blocked = False
         if debug:
             r.check()
-    return [r for k, r in enumerate(replicas) if k in bad]
+    run_index = np.cumsum(runs) - 1  # position of each kept run among the kept runs
+    indices = np.array([r.index for r in replicas], np.int64)
+    return Drained(
+        indices[run_rep[runs]], b[runs], (ctx_fixed + b * start)[runs], (end - start)[runs],
+        ids[reqs], run_index[np.searchsorted(first, np.arange(len(ids)), "right") - 1][reqs],
+    )
 
 
-def time_runs(replicas: list[Replica]) -> None:
-    """Time the logged runs of ``replicas`` (all sharing one step model), then give each
-    replica the figures :meth:`Replica.commit` would have added up, run after run, and each
-    finished request its time."""
+def time_runs(replicas: list[Replica], drained: list[Drained]) -> None:
+    """Time the runs of ``replicas`` (all sharing one step model): the ones they logged, then
+    the ones ``drained`` found. Give each replica the figures :meth:`Replica.commit` would
+    have added up, run after run, and each finished request its time."""
     logs = [r.log for r in replicas if r.log is not None]
     assert len(logs) == len(replicas)
     step = replicas[0].step
     assert all(r.step is step for r in replicas)
+    at = {r.index: k for k, r in enumerate(replicas)}
 
-    cols = list(zip(*chain.from_iterable(log.runs for log in logs)))
-    b, ctx, n, chunk, n_wave = (np.array(c, np.int64) for c in cols[:5])
-    wave_s, wave_flops = np.array(cols[5], np.float64), np.array(cols[6], np.float64)
+    # Logged runs first, then drained ones (which prefill nothing: zero wave tokens, and the
+    # per-token prefill figures only ever multiply them), sorted by replica (stable).
+    cols = list(zip(*chain.from_iterable(log.runs for log in logs))) or [()] * 7
+    logged = np.repeat(np.arange(len(logs)), [len(log.runs) for log in logs])
+    d_rep = np.array([at[i] for i in np.concatenate([d.replica for d in drained]).tolist()], np.int64)
+    zero = np.zeros(len(d_rep), np.int64)
+
+    def joined(mine: tuple[int, ...] | tuple[float, ...], theirs: np.ndarray, dtype: type) -> np.ndarray:
+        return np.concatenate((np.array(mine, dtype), theirs.astype(dtype)))
+
+    b = joined(cols[0], np.concatenate([d.num_decode for d in drained]), np.int64)
+    ctx = joined(cols[1], np.concatenate([d.context for d in drained]), np.int64)
+    n = joined(cols[2], np.concatenate([d.num_steps for d in drained]), np.int64)
+    chunk, n_wave = joined(cols[3], zero, np.int64), joined(cols[4], zero, np.int64)
+    wave_s, wave_flops = joined(cols[5], zero, np.float64), joined(cols[6], zero, np.float64)
+    rep = np.concatenate((logged, d_rep))
+    by = np.argsort(rep, kind="stable")
+    b, ctx, n, chunk, n_wave, wave_s, wave_flops, rep = (
+        x[by] for x in (b, ctx, n, chunk, n_wave, wave_s, wave_flops, rep))
+
     plan = step.runs(b, ctx, chunk / n, wave_s, n_wave)
     dt = plan.time_s(n)
     flops, num_bytes = run_totals(step, b, ctx, n, chunk, b + -(-chunk // n), b + n_wave, wave_flops)
     roofline = dt - n * plan.fixed
     occupied, prefill = (b + n_wave).tolist(), (n_wave > 0).tolist()
-    bounds = list(accumulate((len(log.runs) for log in logs), initial=0))
+    bounds = np.searchsorted(rep, np.arange(len(replicas) + 1)).tolist()
+    end_s = np.zeros(len(n))
     for r, log, lo, hi in zip(replicas, logs, bounds[:-1], bounds[1:]):
         st = r.stats
         st.flops = _in_order(st.flops, np.asarray(flops)[lo:hi])
@@ -155,6 +192,7 @@ def time_runs(replicas: list[Replica]) -> None:
         st.roofline_s = _in_order(st.roofline_s, roofline[lo:hi])
         st.busy_s = _in_order(st.busy_s, dt[lo:hi])
         t = list(accumulate(dt[lo:hi].tolist(), initial=r.t))
+        end_s[lo:hi] = t[1:]
         kinds: list[SegmentKind] = ["prefill" if w else "decode" for w in prefill[lo:hi]]
         st.segments.extend(zip(t[:-1], t[1:], occupied[lo:hi], kinds))
         r.t = st.last_end_s = t[-1]
@@ -163,6 +201,15 @@ def time_runs(replicas: list[Replica]) -> None:
             for i in log.finished[done:upto]:
                 finish_s[i] = t[k + 1]
             done = upto
+    # A drained run's place after the sort: where its index among all runs went.
+    place = np.empty(len(by), np.int64)
+    place[by] = np.arange(len(by))
+    offset = len(logged)
+    finish_s = replicas[0].book.finish_s if replicas else []
+    for d in drained:
+        for i, v in zip(d.requests.tolist(), end_s[place[offset + d.run_of]].tolist()):
+            finish_s[i] = v
+        offset += len(d.num_steps)
 
 
 def _in_order(start: float, values: np.ndarray) -> float:

@@ -321,8 +321,10 @@ class LayoutCosts:
         # per-device token count gets its unit (cached), spread back over the micro-batches.
         sizes, where = np.unique(t, return_inverse=True)
         units = [self._unit(shard, float(x)) for x in sizes.tolist()]
-        u = {k: np.array([getattr(x, k) for x in units]).reshape(len(units), 2)[where].T for k in
-             ("tp", "tp_head", "ring", "a2a", "ep", "pp")}
+        u: dict[str, np.ndarray] = {}  # per kind: rows (time, bytes), one column per micro-batch
+        for kind in ("tp", "tp_head", "ring", "a2a", "ep", "pp"):
+            per_size = np.array([getattr(x, kind) for x in units]).reshape(len(units), 2)
+            u[kind] = per_size[where].T
         cp_s = cp_b = np.zeros(t.shape)
         if lay.cp > 1 and n:
             if lay.cp_kind == "ring":

@@ -44,6 +44,8 @@ def run_out(replicas: list[Replica], debug: bool = False) -> None:
     """Run every replica with a planned run until idle (``debug``: check the invariants at
     every event)."""
     active = [r for r in replicas if r.plan is not None]
+    if not active:
+        return
     for r in active:
         r.log = RunLog()
     todo, may_drain, drained = active, True, []
@@ -72,15 +74,16 @@ def drain(replicas: list[Replica], debug: bool = False) -> Drained:
     rep = np.repeat(np.arange(len(replicas)), [len(h) for h in heaps])
     stop, order, ids = np.concatenate(heaps).T
 
-    def book(values: list[int], at: np.ndarray) -> np.ndarray:
+    def gather(values: list[int], at: np.ndarray) -> np.ndarray:
+        """``values[at]`` for a list (the book keeps plain lists for its scalar updates)."""
         return np.fromiter(map(values.__getitem__, at.tolist()), np.int64, len(at))
 
-    live = (book(bk.status, ids) == DECODING) & (book(bk.order, ids) == order)
+    live = (gather(bk.status, ids) == DECODING) & (gather(bk.order, ids) == order)
     rep, stop, order, ids = rep[live], stop[live], order[live], ids[live]
     by = np.lexsort((order, stop, rep))
     rep, stop, ids = rep[by], stop[by], ids[by]
-    prompt, generated = book(bk.prompt, ids), book(bk.generated, ids)
-    join, private, group = book(bk.join_step, ids), book(bk.private_kv, ids), book(bk.group, ids)
+    prompt, generated = gather(bk.prompt, ids), gather(bk.generated, ids)
+    join, private, group = gather(bk.join_step, ids), gather(bk.private_kv, ids), gather(bk.group, ids)
     # What each request takes off ctx_fixed and kv_fixed when it leaves (Replica._leave); the
     # last member of a group also frees the group's shared prompt.
     ctx = prompt + generated - join
@@ -124,7 +127,7 @@ def drain(replicas: list[Replica], debug: bool = False) -> Drained:
     for i, g in zip(ids_list, final[reqs].tolist()):
         bk.generated[i] = g
         bk.status[i] = DONE
-    bk.num_finished += int(np.sum(final[reqs] == book(bk.response, ids[reqs])))
+    bk.num_finished += int(np.sum(final[reqs] == gather(bk.response, ids[reqs])))
     last_end = np.maximum.reduceat(end, rep_first).tolist()
     decoded = np.bincount(run_rep, b * (end - start), len(replicas)).astype(np.int64).tolist()
     for k, r in enumerate(replicas):
@@ -160,7 +163,7 @@ def time_runs(replicas: list[Replica], drained: list[Drained]) -> None:
 
     # Logged runs first, then drained ones (which prefill nothing: zero wave tokens, and the
     # per-token prefill figures only ever multiply them), sorted by replica (stable).
-    cols = list(zip(*chain.from_iterable(log.runs for log in logs))) or [()] * 7
+    cols = list(zip(*chain.from_iterable(log.runs for log in logs)))  # every replica logged a run
     logged = np.repeat(np.arange(len(logs)), [len(log.runs) for log in logs])
     d_rep = np.array([at[i] for i in np.concatenate([d.replica for d in drained]).tolist()], np.int64)
     zero = np.zeros(len(d_rep), np.int64)

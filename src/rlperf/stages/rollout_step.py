@@ -74,7 +74,7 @@ KERNELS_PER_LAYER = 9
 
 # A coefficient of one run (a Python number) or of many runs at once (a numpy array, one entry
 # per run): the engine times all runs of a replica in one pass once nothing outside the replica
-# can change them (rlperf.stages.rollout_engine). Both go through the same expressions.
+# can change them (rlperf.stages.rollout_runout). Both go through the same expressions.
 Coef = float | np.ndarray
 Count = int | np.ndarray
 

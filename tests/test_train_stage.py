@@ -16,7 +16,7 @@ from rlperf.specs.hardware_catalog import make_cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import TrainLayout
 from rlperf.stages.pipeline import pipeline_time
-from rlperf.stages.train import train_step, training_view
+from rlperf.stages.train import cpu_adam_params_per_s_for, train_step, training_view
 
 SMALL = load_model("Qwen3-0.6B")  # 28 layers, 16 heads, 8 KV heads
 DENSE = load_model("Qwen2.5-7B")
@@ -145,16 +145,35 @@ def test_peak_memory_comes_from_the_memory_model_and_overflow_is_an_error() -> N
         train_step(DENSE, NODE, TrainLayout(dp=8, zero_stage=0, micro_batch_size=2), seqs)
 
 
-def test_cpu_offloaded_optimizer_needs_a_rate_and_uses_it() -> None:
+def test_cpu_offloaded_optimizer_uses_the_given_rate() -> None:
     seqs = np.full(16, 1024)
     lay = TrainLayout(dp=8, zero_stage=3, offload_optimizer=True, micro_batch_size=2)
     with pytest.raises(SpecError, match="cpu_adam_params_per_s"):
-        train_step(SMALL, NODE, lay, seqs)
+        train_step(SMALL, NODE, lay, seqs, cpu_adam_params_per_s=0.0)
     rate = 1e9
     cost = train_step(SMALL, NODE, lay, seqs, cpu_adam_params_per_s=rate)
     local = SMALL.num_params / 8
     upload = local * 2 / NODE.accelerator.pcie_bandwidth_bytes_per_s
     assert cost.component("optimizer") == pytest.approx(local / rate + upload, rel=1e-9)
+
+
+def test_cpu_offloaded_optimizer_runs_at_the_hosts_memory_bandwidth() -> None:
+    """Without a given rate, CPU Adam streams 30 B per parameter (fp32 master, m, v read and
+    written, fp32 gradient read, bf16 weight written) at the GPU's share of host DRAM bandwidth
+    times host_adam_efficiency."""
+    seqs = np.full(16, 1024)
+    lay = TrainLayout(dp=8, zero_stage=3, offload_optimizer=True, micro_batch_size=2)
+    prof = NODE.profile
+    rate = prof.host_memory_bandwidth_bytes_per_s * prof.host_adam_efficiency / 30.0
+    assert cpu_adam_params_per_s_for(NODE, lay) == pytest.approx(rate, rel=1e-12)
+    cost = train_step(SMALL, NODE, lay, seqs)
+    local = SMALL.num_params / 8
+    upload = local * 2 / NODE.accelerator.pcie_bandwidth_bytes_per_s
+    assert cost.component("optimizer") == pytest.approx(local / rate + upload, rel=1e-9)
+    # twice the host bandwidth halves the host's part, not the upload
+    fast = NODE.model_copy(update={"profile": prof.model_copy(
+        update={"host_memory_bandwidth_bytes_per_s": 2 * prof.host_memory_bandwidth_bytes_per_s})})
+    assert train_step(SMALL, fast, lay, seqs).component("optimizer") == pytest.approx(local / rate / 2 + upload, rel=1e-9)
 
 
 def test_training_matmuls_are_capped_at_the_training_mfu() -> None:

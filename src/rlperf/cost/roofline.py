@@ -183,6 +183,27 @@ def adam_step(
     16 read + 14 written = 30 bytes/param (cf. the 16 bytes/param of state in Rajbhandari et al.,
     ZeRO, 2020: 2 + 2 + 12, plus fp32 gradients here as verl/FSDP reduce in fp32)."""
     _nonneg("num_params", num_params)
-    mb, gb, pb = bytes_per(master_dtype), bytes_per(grad_dtype), bytes_per(param_dtype)
-    per_param = 3 * mb + gb + 3 * mb + (pb if param_dtype != master_dtype else 0.0)
+    per_param = adam_bytes_per_param(master_dtype, grad_dtype, param_dtype)
     return op_time(cluster, ADAMW_FLOPS_PER_PARAM * num_params, per_param * num_params, "fp32", "elementwise")
+
+
+def adam_bytes_per_param(master_dtype: str = "fp32", grad_dtype: str = "fp32", param_dtype: str = "bf16") -> float:
+    """Memory traffic of one mixed-precision AdamW update per parameter (see :func:`adam_step`)."""
+    mb, gb, pb = bytes_per(master_dtype), bytes_per(grad_dtype), bytes_per(param_dtype)
+    return 3 * mb + gb + 3 * mb + (pb if param_dtype != master_dtype else 0.0)
+
+
+def cpu_adam_params_per_s(
+    cluster: Cluster, master_dtype: str = "fp32", grad_dtype: str = "fp32", param_dtype: str = "bf16"
+) -> float:
+    """Parameters per second one GPU's share of the host updates with a CPU Adam step
+    (ZeRO-Offload: optimizer states and the step on the host; Ren et al., "ZeRO-Offload", ATC 2021).
+
+    CPU Adam is memory bound: ~16 FLOP per parameter (``ADAMW_FLOPS_PER_PARAM``) against 30 bytes
+    of fp32 state traffic (:func:`adam_bytes_per_param`), ~0.5 FLOP/byte, an order of magnitude
+    below a server CPU's ridge point. So
+
+      rate = host_memory_bandwidth_bytes_per_s x host_adam_efficiency / bytes per parameter,
+
+    with both host figures per GPU from the profile (the GPUs of a node share its DRAM)."""
+    return cluster.profile.host_adam_bytes_per_s / adam_bytes_per_param(master_dtype, grad_dtype, param_dtype)

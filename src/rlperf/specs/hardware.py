@@ -96,12 +96,21 @@ class HardwareProfile(Spec):
     kernel_launch_s: float = Field(default=2.65e-6, ge=0)  # per-kernel fixed cost, eager launches
     graph_kernel_launch_s: float = Field(default=0.58e-6, ge=0)  # per-kernel cost inside a CUDA graph
     train_mfu_cap: float = Field(default=0.552, gt=0, le=1)  # best published end-to-end training MFU
+    # Host side, per GPU: the node's DRAM peak (sockets x channels x MT/s x 8 B) / GPUs per node,
+    # and what a CPU Adam step achieves of it (CPU-offloaded optimizer; stages.train).
+    host_memory_bandwidth_bytes_per_s: float = Field(default=70.4e9, gt=0)
+    host_adam_efficiency: float = Field(default=0.721, gt=0, le=1)
     source: str = ""
     provenance: dict[str, str] = Field(default_factory=dict)  # field -> derivation and source url
 
     def matmul_eff(self, dtype: str) -> float:
         """Large-GEMM efficiency for ``dtype`` (the BF16 figure where none is recorded)."""
         return self.matmul_efficiency_by_dtype.get(dtype, self.matmul_efficiency)
+
+    @property
+    def host_adam_bytes_per_s(self) -> float:
+        """Host memory traffic per second a CPU Adam step sustains, per GPU's share of the host."""
+        return self.host_memory_bandwidth_bytes_per_s * self.host_adam_efficiency
 
 
 class Cluster(Spec):

@@ -16,8 +16,10 @@ most loaded dp rank sets the step. Then:
 - **parameter all-gather** after the update under ZeRO-1/2 (the distributed optimizer's
   ``param_dtype`` gather; not overlapped).
 - **optimizer step**: fused AdamW on the device's resident shard (:func:`rlperf.cost.roofline.
-  adam_step`, memory bound); with ``offload_optimizer``, CPU Adam at the given host rate plus the
-  PCIe upload of the updated weights (the gradients' download is counted with the reduction).
+  adam_step`, memory bound); with ``offload_optimizer``, CPU Adam on the host at
+  :func:`rlperf.cost.roofline.cpu_adam_params_per_s` (the GPU's share of the host's DRAM
+  bandwidth over the update's bytes per parameter; or a given rate) plus the PCIe upload of the
+  updated weights (the gradients' download is counted with the reduction).
 
 Per-rank communication volume of the data-parallel traffic (``Psi`` stage parameters,
 ``N = dp x cp``, one micro-batch): ZeRO-3 sends ``(N-1)/N Psi b_bf16`` for each of the two
@@ -45,6 +47,7 @@ import numpy as np
 
 from rlperf.cost.memory import check_fits, train_memory
 from rlperf.cost.roofline import adam_step
+from rlperf.cost.roofline import cpu_adam_params_per_s as host_adam_rate
 from rlperf.errors import SpecError
 from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware import Cluster
@@ -102,8 +105,9 @@ def train_step(
         epochs: passes over the batch (PPO epochs).
         name: the stage's name in the result.
         head: ``"logprobs"`` (LM head + log-softmax) or ``"value"`` (critic).
-        cpu_adam_params_per_s: host CPU Adam rate per GPU's shard (parameters/s), required with
-            ``offload_optimizer`` (a measured figure; none is assumed).
+        cpu_adam_params_per_s: host CPU Adam rate per GPU's shard (parameters/s) with
+            ``offload_optimizer``; None derives it from the profile's host figures
+            (:func:`rlperf.cost.roofline.cpu_adam_params_per_s`).
 
     Raises:
         SpecError: the layout does not fit the model, the cluster or device memory.
@@ -111,8 +115,10 @@ def train_step(
     check_train_layout(model, layout)
     if epochs < 1:
         raise SpecError("epochs", f"must be >= 1, got {epochs}")
-    if layout.offload_optimizer and not cpu_adam_params_per_s:
-        raise SpecError("cpu_adam_params_per_s", "offload_optimizer needs a measured CPU Adam rate (params/s)")
+    if cpu_adam_params_per_s is not None and not cpu_adam_params_per_s > 0:
+        raise SpecError("cpu_adam_params_per_s", f"must be > 0 parameters/s, got {cpu_adam_params_per_s!r}")
+    if layout.offload_optimizer and cpu_adam_params_per_s is None:
+        cpu_adam_params_per_s = cpu_adam_params_per_s_for(cluster, layout)
     seqs = as_lengths(seq_tokens)
     minis = split_minibatches(seqs, num_minibatches)
     costs = LayoutCosts(model, training_view(cluster), layout, head)
@@ -145,6 +151,11 @@ def train_step(
         peak_memory_bytes=mem.total_bytes,
         breakdown=components(busy, epochs * sum(s.bubble_s for s in steps)),
     )
+
+
+def cpu_adam_params_per_s_for(cluster: Cluster, layout: TrainLayout) -> float:
+    """The profile's CPU Adam rate for ``layout``'s dtypes (fp32 master weights and states)."""
+    return host_adam_rate(cluster, "fp32", layout.grad_dtype, layout.param_dtype)
 
 
 def _step(costs: LayoutCosts, plan: MicroBatches, cpu_adam_params_per_s: float | None) -> StepCost:

@@ -47,6 +47,10 @@ def test_profile_loads_through_the_catalog(cal: Calibration, profile_file: Path)
     assert prof.kernel_launch_s == pytest.approx(cal.kernel_launch_s)
     assert prof.graph_kernel_launch_s == prof.kernel_launch_s
     assert "calibrate" in prof.provenance["attention_efficiency"] or "SDPA" in prof.provenance["attention_efficiency"]
+    # a CPU is its own host: the CPU Adam figures are the device's own bandwidth and AdamW rate
+    assert cal.host_devices == 1
+    assert prof.host_memory_bandwidth_bytes_per_s == pytest.approx(acc.hbm_bandwidth_bytes_per_s)
+    assert prof.host_adam_bytes_per_s == pytest.approx(min(cal.adam_bytes_per_s, acc.hbm_bandwidth_bytes_per_s))
     # fields the calibration does not measure keep the generic profile
     assert prof.inter_node_efficiency == HardwareProfile(accelerator="x").inter_node_efficiency
     cluster = make_cluster("local", num_gpus=1, profile_path=profile_file)

@@ -49,6 +49,9 @@ def calibrate_cmd(
         t.add_row(f"decode {d}: GEMV  |  SDPA  |  both",
                   f"{cal.gemv_bytes_per_s[d] / 1e9:,.2f}  |  {cal.decode_attention_bytes_per_s[d] / 1e9:,.2f}  |  {cal.decode_bytes_per_s[d] / 1e9:,.2f} GB/s")
     t.add_row(f"AdamW step ({cal.adam_params / 1e6:.1f}M params)", f"{cal.adam_bytes_per_s / 1e9:,.2f} GB/s")
+    if cal.device == "cuda":
+        t.add_row("host copy  |  triad  |  AdamW", f"{cal.host_copy_bytes_per_s / 1e9:,.2f}  |  {cal.host_triad_bytes_per_s / 1e9:,.2f}  |  "
+                  f"{cal.host_adam_bytes_per_s / 1e9:,.2f} GB/s")
     t.add_row("decoder layer fwd+bwd (MFU)", f"{cal.block_flops_per_s / 1e9:,.1f} GFLOP/s ({100 * cal.block_mfu:.0f}%)")
     t.add_row("HF generate per step: fixed  |  per layer", f"{fmt_s(cal.engine_step_s['fixed_s'])}  |  {fmt_s(cal.engine_step_s['per_layer_s'])}")
     t.add_row("kernel launch (eager)", fmt_s(cal.kernel_launch_s))
@@ -57,7 +60,8 @@ def calibrate_cmd(
     console.print(t)
     prof = cal.to_profile()
     eff = table("profile: fractions of the measured peaks", "field", "value")
-    for k in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency", "decode_hbm_efficiency", "train_mfu_cap"):
+    for k in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency", "decode_hbm_efficiency", "train_mfu_cap",
+              "host_adam_efficiency"):
         eff.add_row(k, f"{prof[k]['value']:.3f}")
     for d, e in prof["matmul_efficiency_by_dtype"].items():
         eff.add_row(f"matmul_efficiency ({d})", f"{e['value']:.3f}")

@@ -13,6 +13,8 @@
   cache, bytes = weights + KV read (what a batch-1 decode step streams, as gpt-fast's MBU);
 - **optimizer step**: ``torch.optim.AdamW`` over N fp32 parameters, bytes as
   :func:`rlperf.cost.roofline.adam_step` counts them;
+- **host memory**: on CUDA, the same copy/triad and AdamW on CPU tensors (what a CPU-offloaded
+  optimizer runs on); on a CPU the device's own figures;
 - **kernel launch**: eager cost per tiny op (a chain of ``add_`` on one element); on CUDA also
   the per-kernel cost inside a replayed CUDA graph.
 
@@ -34,6 +36,10 @@ efficiencies are then relative to those peaks:
 - ``train_mfu_cap``: the end-to-end MFU of forward + backward through one decoder layer of a
   published config (Qwen2.5-0.5B's, HF eager with autocast), as the catalog's cap is the best
   published end-to-end training MFU;
+- ``host_memory_bandwidth_bytes_per_s``: the host's best of copy and triad (at the thread count
+  used) over the GPUs that share the host (1 on a CPU), as the catalog's figure is the host's
+  DRAM per GPU; ``host_adam_efficiency``: the host AdamW bytes/s over that best (CPU Adam is
+  memory bound, :func:`rlperf.cost.roofline.cpu_adam_params_per_s`);
 
 Also measured but not in any profile field: HF ``generate``'s framework cost per decode step
 (fixed and per layer), which the cost model's engine (vLLM-like, CUDA graphs) does not have.
@@ -155,6 +161,10 @@ class Calibration:
     decode_bytes_per_s: dict[str, float]  # weights + KV of one decode step / its time
     adam_bytes_per_s: float
     adam_params: int
+    host_copy_bytes_per_s: float  # host DRAM (the device itself on a CPU)
+    host_triad_bytes_per_s: float
+    host_adam_bytes_per_s: float  # torch AdamW on CPU tensors
+    host_devices: int  # devices sharing the host's memory (CUDA devices; 1 on a CPU)
     block_flops_per_s: float  # fwd+bwd of the reference decoder layer, compute dtype
     block_mfu: float  # block_flops_per_s / peak of the compute dtype
     engine_step_s: dict[str, float]  # HF generate per decode step of a tiny model: fixed, per layer
@@ -178,6 +188,10 @@ class Calibration:
     @property
     def peak_bandwidth_bytes_per_s(self) -> float:
         return max(self.copy_bytes_per_s, self.triad_bytes_per_s)
+
+    @property
+    def host_bandwidth_bytes_per_s(self) -> float:
+        return max(self.host_copy_bytes_per_s, self.host_triad_bytes_per_s)
 
     @property
     def decode_dtype(self) -> str:
@@ -247,6 +261,16 @@ class Calibration:
                 "value": _frac(self.block_mfu),
                 "from": f"end-to-end fwd+bwd of one {REFERENCE_BLOCK} decoder layer (eager HF, {self.compute_dtype} autocast): "
                         f"{self.block_flops_per_s / 1e9:,.1f} GFLOP/s / peak {peaks[self.compute_dtype] / 1e9:,.1f}",
+            },
+            "host_memory_bandwidth_bytes_per_s": {
+                "value": float(self.host_bandwidth_bytes_per_s / self.host_devices),
+                "from": f"host best of copy {self.host_copy_bytes_per_s / 1e9:,.2f} and triad {self.host_triad_bytes_per_s / 1e9:,.2f} GB/s "
+                        f"(CPU tensors, {self.threads} threads) / {self.host_devices} device(s) sharing the host",
+            },
+            "host_adam_efficiency": {
+                "value": _frac(self.host_adam_bytes_per_s / self.host_bandwidth_bytes_per_s),
+                "from": f"torch AdamW on CPU tensors {self.host_adam_bytes_per_s / 1e9:,.2f} GB/s (28 B per fp32 parameter) / "
+                        f"host best {self.host_bandwidth_bytes_per_s / 1e9:,.2f} GB/s",
             },
             "source": src,
             "measurements": self.measurements(),
@@ -457,6 +481,15 @@ def calibrate(device: str = "auto", quick: bool = False, compute_dtype: str | No
         decode = {d: _decode(dev, TORCH_DTYPES[d], s) for d in attn_dtypes}
     say("optimizer step")
     adam_bw = _adam(dev, s)
+    host_copy, host_triad, host_adam, host_devices = copy_bw, triad_bw, adam_bw, 1
+    if dev.type == "cuda":
+        say("host memory (CPU tensors)")
+        cpu = torch.device("cpu")
+        hs = sizes_for(cpu, quick)
+        with torch.no_grad():
+            host_copy, host_triad = _stream(cpu, hs)
+        host_adam = _adam(cpu, hs)
+        host_devices = torch.cuda.device_count()
     say("reference decoder layer (fwd + bwd)")
     block = _block(dev, dtype_name, s)
     say("generate step overhead")
@@ -482,6 +515,10 @@ def calibrate(device: str = "auto", quick: bool = False, compute_dtype: str | No
         decode_bytes_per_s={d: v[2] for d, v in decode.items()},
         adam_bytes_per_s=adam_bw,
         adam_params=s.adam_params,
+        host_copy_bytes_per_s=host_copy,
+        host_triad_bytes_per_s=host_triad,
+        host_adam_bytes_per_s=host_adam,
+        host_devices=host_devices,
         block_flops_per_s=block,
         block_mfu=block / peak_c,
         engine_step_s=engine,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from itertools import chain
 from collections.abc import Callable
 
 import numpy as np
@@ -285,14 +286,8 @@ def _result(
     rep_finish = np.array([r.stats.last_end_s for r in replicas])
     makespan = t_stop if t_stop < math.inf else float(max(rep_finish.max(), 0.0))
     crit = int(np.argmax(rep_finish))
-    crit_segs = [
-        TimelineSegment(crit, a, b, k, kind) for a, b, k, kind in replicas[crit].stats.segments
-    ]
-    segments = tuple(
-        TimelineSegment(r.index, a, b, k, kind)
-        for r in replicas
-        for a, b, k, kind in r.stats.segments
-    )
+    crit_segs = replicas[crit].stats.segments
+    segments = tuple(chain.from_iterable(r.stats.segments for r in replicas))
     depth, decode_depth = _depth(step, requests, target, layout.max_num_batched_tokens)
     gpus = layout.gpus_per_replica
     return RolloutResult(

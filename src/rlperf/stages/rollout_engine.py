@@ -41,7 +41,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 
-from rlperf.stages.rollout_result import SegmentKind
+from rlperf.stages.rollout_result import TimelineSegment
 from rlperf.stages.rollout_step import Coef, Count, Run, StepModel
 
 WAITING, PREFILL, DECODING, DONE = 0, 1, 2, 3
@@ -85,7 +85,7 @@ class ReplicaStats:
     prefill_tokens: int = 0
     decode_tokens: int = 0
     preemptions: int = 0
-    segments: list[tuple[float, float, int, SegmentKind]] = field(default_factory=list)
+    segments: list[TimelineSegment] = field(default_factory=list)
 
 
 @dataclass
@@ -334,7 +334,7 @@ class Replica:
         self.stats.bytes_per_gpu += float(num_bytes)
         self.stats.roofline_s += dt - m * plan.fixed
         self.stats.segments.append(
-            (self.t, self.t + dt, self.occupied, "prefill" if self.wave else "decode")
+            TimelineSegment(self.index, self.t, self.t + dt, self.occupied, "prefill" if self.wave else "decode")
         )
         self.stats.busy_s += dt
         self.t += dt

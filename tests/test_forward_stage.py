@@ -118,7 +118,10 @@ def test_the_straggler_rank_sets_the_time() -> None:
 
 def test_forward_pipeline_fill_and_drain() -> None:
     p, m = 4, 6
-    cost = forward_pass(SMALL, NODE, TrainLayout(pp=p, zero_stage=0, micro_batch_size=1), np.full(m, 4096),
+    # every GEMM at the large-GEMM rate: the value head's d x 1 GEMM would otherwise sit at the
+    # size curve's shortest-kernel floor and make the last stage a little slower than the others
+    flat = NODE.model_copy(update={"profile": NODE.profile.model_copy(update={"matmul_half_rate_flops": 0.0})})
+    cost = forward_pass(SMALL, flat, TrainLayout(pp=p, zero_stage=0, micro_batch_size=1), np.full(m, 4096),
                         head="value")
     pipe = sum(cost.component(k) for k in ("compute", "pp_comm", "bubble"))
     assert cost.component("bubble") / pipe == pytest.approx((p - 1) / (m + p - 1), rel=2e-3)
@@ -190,3 +193,15 @@ def test_stage_shards_add_up_to_the_model(name: str, pp: int) -> None:
     halves = stage_shards(model, tp=2, pp=pp, ep=1)
     ratio = sum(s.matmul_params_per_token for s in halves) / model.matmul_params_per_token
     assert 0.5 <= ratio < 0.52  # the MoE router and the norms stay whole on every tp rank
+
+
+@pytest.mark.parametrize("name", ["Qwen3-0.6B", "Qwen2.5-7B", "Qwen3-30B-A3B", "DeepSeek-V3"])
+@pytest.mark.parametrize(("tp", "pp", "ep"), [(1, 1, 1), (2, 2, 1), (4, 1, 8)])
+def test_gemm_shapes_add_up_to_the_matmul_weights_per_token(name: str, tp: int, pp: int, ep: int) -> None:
+    """Each stage's GEMM list (weight x rows per token x count) is its matmul weights per token."""
+    model = load_model(name)
+    for head in ("logprobs", "value"):
+        for sh in stage_shards(model, tp, pp, ep if model.moe else 1, head):
+            total = sum(w * r * c for w, r, c in zip(sh.gemm_weights, sh.gemm_rows_per_token, sh.gemm_counts, strict=True))
+            assert total == pytest.approx(sh.matmul_params_per_token, rel=1e-12)
+            assert all(c >= 1 for c in sh.gemm_counts) and all(r > 0 for r in sh.gemm_rows_per_token)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,7 +15,9 @@ from rlperf.cost.roofline import (
     attention_prefill,
     causal_pairs,
     elementwise,
+    fit_matmul_size_curve,
     gemm,
+    matmul_size_factor,
     op_time,
 )
 from rlperf.errors import SpecError
@@ -29,7 +32,9 @@ def test_large_gemm_is_compute_bound_at_matmul_efficiency() -> None:
     c = gemm(H100, m, n, k)
     assert c.bound == "compute"
     assert c.flops == 2 * m * n * k
-    expected = 2 * m * n * k / (ACC.peak("bf16") * PROF.matmul_efficiency) + PROF.kernel_launch_s
+    size = matmul_size_factor(PROF, 2.0 * m * n * k)
+    assert 0.999 < size < 1  # a 16k^3 GEMM is on the plateau of the size curve
+    expected = 2 * m * n * k / (ACC.peak("bf16") * PROF.matmul_efficiency * size) + PROF.kernel_launch_s
     assert c.time_s == pytest.approx(expected)
     # achieved rate = matmul efficiency x peak (launch cost < 0.01% here)
     assert c.flops / c.time_s == pytest.approx(PROF.matmul_efficiency * ACC.peak("bf16"), rel=1e-3)
@@ -109,3 +114,53 @@ def test_time_monotone_in_work(f1: float, b1: float, f2: float, b2: float) -> No
     hi = op_time(H100, max(f1, f2), max(b1, b2))
     assert math.isfinite(hi.time_s) and 0 < lo.time_s <= hi.time_s
     assert hi.time_s >= max(hi.flops / ACC.peak("bf16"), hi.bytes / ACC.hbm_bandwidth_bytes_per_s)
+
+
+# ---------------------------------------------------------------------- GEMM rate vs size
+A100_SWEEP = ([1024, 4096, 8192, 16384], [119.4, 228.0, 253.7, 256.5])  # Azure cuBLASLt FP16, TFLOP/s
+H100_SWEEP = ([1024, 2048, 4096, 16384, 32768], [274.1, 1011.3, 1216.9, 1377.3, 1382.2])  # FP8
+
+
+@pytest.mark.parametrize(("gpu", "sweep"), [("a100", A100_SWEEP), ("h100", H100_SWEEP)])
+def test_shipped_size_curves_are_the_fits_of_the_published_sweeps(gpu: str, sweep: tuple[list[int], list[float]]) -> None:
+    prof = make_cluster(gpu, num_gpus=1).profile
+    sizes, rates = sweep
+    w_half, a = fit_matmul_size_curve([2.0 * n**3 for n in sizes], rates)
+    assert prof.matmul_half_rate_flops == pytest.approx(w_half, rel=2e-3)
+    assert prof.matmul_size_exponent == pytest.approx(a, abs=2e-3)
+    # and the curve reproduces the sweep (rate / its best) within 15%
+    for n, r in zip(sizes, rates, strict=True):
+        assert matmul_size_factor(prof, 2.0 * n**3) == pytest.approx(r / max(rates), rel=0.15)
+
+
+def test_fit_recovers_a_known_curve() -> None:
+    w = np.geomspace(1e7, 1e12, 9)
+    prof = PROF.model_copy(update={"matmul_half_rate_flops": 3e9, "matmul_size_exponent": 0.8})
+    rates = 500.0 * matmul_size_factor(prof, w) / matmul_size_factor(prof, w[-1])
+    w_half, a = fit_matmul_size_curve(w.tolist(), rates.tolist())
+    # the fit takes the best rate measured as the plateau (f(1e12) = 0.99 here): a small bias
+    assert w_half == pytest.approx(3e9, rel=0.05) and a == pytest.approx(0.8, abs=0.03)
+    with pytest.raises(SpecError):
+        fit_matmul_size_curve([1e9], [1.0])
+
+
+@given(st.floats(0.2, 3.0), st.floats(1e6, 1e12))
+@settings(max_examples=60, deadline=None)
+def test_size_factor_is_a_fraction_and_gemm_time_never_falls_with_size(a: float, w_half: float) -> None:
+    prof = PROF.model_copy(update={"matmul_half_rate_flops": w_half, "matmul_size_exponent": a})
+    w = np.geomspace(1e3, 1e15, 200)
+    f = matmul_size_factor(prof, w)
+    assert np.all((f > 0) & (f <= 1))
+    assert np.all(np.diff(f) >= -1e-12)  # the rate rises with size
+    time = w / f  # GEMM time x the large-GEMM rate
+    assert np.all(np.diff(time) >= -1e-9 * time[1:])  # a bigger GEMM never runs faster
+    big = 1e3 * w_half  # above the floor the factor is the Hill curve itself
+    assert matmul_size_factor(prof, big) == pytest.approx(1 / (1 + 1e-3**a), rel=1e-12)
+
+
+def test_size_curve_off_and_small_gemms_slower() -> None:
+    flat = PROF.model_copy(update={"matmul_half_rate_flops": 0.0})
+    assert matmul_size_factor(flat, 1.0) == 1.0
+    assert np.all(matmul_size_factor(flat, np.array([1.0, 1e12])) == 1.0)
+    small, big = gemm(H100, 1024, 1024, 1024), gemm(H100, 8192, 8192, 8192)
+    assert small.flops / small.time_s < 0.5 * big.flops / big.time_s  # the 1k^3 GEMM is on the slope

@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Sequence
+from typing import Literal, TypeVar
+
+import numpy as np
 
 from rlperf.errors import SpecError
 from rlperf.specs.dtypes import bytes_per
-from rlperf.specs.hardware import Cluster
+from rlperf.specs.hardware import Cluster, HardwareProfile
 
 OpKind = Literal["matmul", "attention", "elementwise"]
+ArrayOrFloat = TypeVar("ArrayOrFloat", float, np.ndarray)
 
 
 @dataclass(frozen=True)
@@ -48,16 +52,19 @@ def op_time(
     kind: OpKind = "matmul",
     memory_efficiency: float | None = None,
     launch_s: float | None = None,
+    compute_scale: float = 1.0,
 ) -> OpCost:
     """Roofline time of one kernel doing ``flops`` and moving ``num_bytes`` through HBM.
 
     ``elementwise`` runs on the vector units (non-tensor FP32 peak; no measured efficiency, so the
     peak is the ceiling - such kernels are memory-bound long before it matters).
-    ``memory_efficiency`` overrides the profile's hbm_efficiency (e.g. decode_hbm_efficiency)."""
+    ``memory_efficiency`` overrides the profile's hbm_efficiency (e.g. decode_hbm_efficiency);
+    ``compute_scale`` in (0, 1] scales the compute ceiling (a GEMM's :func:`matmul_size_factor`)."""
     _nonneg("flops", flops)
     _nonneg("num_bytes", num_bytes)
+    assert 0 < compute_scale <= 1, compute_scale
     flops_per_s, bytes_per_s = ceilings(cluster, dtype, kind, memory_efficiency)
-    t_compute = flops / flops_per_s
+    t_compute = flops / (flops_per_s * compute_scale)
     t_memory = num_bytes / bytes_per_s
     launch = cluster.profile.kernel_launch_s if launch_s is None else launch_s
     body = max(t_compute, t_memory)
@@ -89,12 +96,68 @@ def ceilings(
     return ceiling, acc.hbm_bandwidth_bytes_per_s * mem_eff
 
 
+def matmul_size_factor(profile: HardwareProfile, work_flops: ArrayOrFloat) -> ArrayOrFloat:
+    """Fraction of the large-GEMM rate (``matmul_eff``) that a GEMM of ``work_flops`` = 2mnk reaches.
+
+      f(W) = W^a / (W^a + W_half^a) = 1 / (1 + (W_half / W)^a)
+
+    with ``W_half = profile.matmul_half_rate_flops`` (the size at half the large-GEMM rate) and
+    ``a = profile.matmul_size_exponent``: a smooth saturating (Hill) curve, 1 for large GEMMs,
+    falling for GEMMs too small to fill the device (tile and wave quantization, launch ramp).
+    Fitted per architecture to published size sweeps (:func:`fit_matmul_size_curve`);
+    ``W_half = 0`` turns it off. Elementwise over a numpy array.
+
+    The GEMM's time ``W / (C f(W)) = (W + W_half^a W^(1-a)) / C`` must not grow as ``W`` shrinks
+    (a smaller GEMM can run as a padded larger one). For ``a > 1`` it has its minimum at
+    ``W* = W_half (a - 1)^(1/a)``; below ``W*`` the time stays at that floor (``f`` falls in
+    proportion to ``W``): the shortest GEMM kernel the curve allows. ``a <= 1`` needs no floor."""
+    w_half, a = profile.matmul_half_rate_flops, profile.matmul_size_exponent
+    if w_half <= 0:
+        return np.ones_like(work_flops) if isinstance(work_flops, np.ndarray) else 1.0
+    w = np.maximum(work_flops, 1e-300)
+    floor_w = w_half * (a - 1.0) ** (1.0 / a) if a > 1 else 0.0
+    at = np.maximum(w, floor_w)
+    out = 1.0 / (1.0 + (w_half / at) ** a) * (w / at)
+    return out if isinstance(work_flops, np.ndarray) else float(out)
+
+
+def fit_matmul_size_curve(work_flops: Sequence[float], flops_per_s: Sequence[float]) -> tuple[float, float]:
+    """(W_half, a) of :func:`matmul_size_factor` fitted to measured GEMM rates at sizes ``work_flops``.
+
+    The plateau is the best rate measured (as ``matmul_efficiency`` credits the best GEMM): each
+    point's ``f = rate / best``; the fit minimizes the squared error of ``ln f`` over a grid of
+    ``ln W_half`` and ``a``, refined twice around the best cell (deterministic, no solver)."""
+    w = np.asarray(work_flops, dtype=np.float64)
+    r = np.asarray(flops_per_s, dtype=np.float64)
+    if w.size != r.size or w.size < 2 or np.any(w <= 0) or np.any(r <= 0):
+        raise SpecError("gemm points", f"need >= 2 positive (work, rate) pairs, got {w.size} and {r.size}")
+    target = np.log(r / r.max())
+    lw = np.log(w)
+    lo_w, hi_w = lw.min() - 6.0, lw.max() + 2.0
+    lo_a, hi_a = 0.05, 5.0
+    best = (lo_w, lo_a)
+    for _ in range(3):
+        grid_w = np.linspace(lo_w, hi_w, 241)[:, None, None]
+        grid_a = np.linspace(lo_a, hi_a, 241)[None, :, None]
+        pred = -np.log1p(np.exp(grid_a * (grid_w - lw[None, None, :])))
+        err = ((pred - target) ** 2).sum(axis=2)
+        i, j = np.unravel_index(int(np.argmin(err)), err.shape)
+        best = (float(grid_w[i, 0, 0]), float(grid_a[0, j, 0]))
+        step_w, step_a = (hi_w - lo_w) / 240, (hi_a - lo_a) / 240
+        lo_w, hi_w = best[0] - 4 * step_w, best[0] + 4 * step_w
+        lo_a, hi_a = max(1e-3, best[1] - 4 * step_a), best[1] + 4 * step_a
+    return float(np.exp(best[0])), best[1]
+
+
 def gemm(cluster: Cluster, m: int, n: int, k: int, dtype: str = "bf16") -> OpCost:
-    """C[m,n] = A[m,k] @ B[k,n]: 2mnk FLOPs; reads A and B, writes C once, all in ``dtype``."""
+    """C[m,n] = A[m,k] @ B[k,n]: 2mnk FLOPs; reads A and B, writes C once, all in ``dtype``.
+
+    The compute ceiling is the large-GEMM rate times :func:`matmul_size_factor` of 2mnk."""
     for field, v in (("m", m), ("n", n), ("k", k)):
         _positive_int(field, v)
-    b = bytes_per(dtype)
-    return op_time(cluster, 2.0 * m * n * k, (m * k + k * n + m * n) * b, dtype, "matmul")
+    work = 2.0 * m * n * k
+    return op_time(cluster, work, (m * k + k * n + m * n) * bytes_per(dtype), dtype, "matmul",
+                   compute_scale=matmul_size_factor(cluster.profile, work))
 
 
 def causal_pairs(q_tokens: int, kv_tokens: int) -> float:

@@ -25,8 +25,12 @@ bandwidth the best of copy and triad, its memory size the device's (RAM on a CPU
 efficiencies are then relative to those peaks:
 
 - ``matmul_efficiency`` (and ``_by_dtype``): 1, the best GEMM rate over the peak that it
-  defines: as the catalog profiles (MAMF / datasheet peak), the cost model credits every GEMM
-  with the best rate over shapes; slower shapes are in ``measurements``;
+  defines: as the catalog profiles (MAMF / datasheet peak), the large-GEMM rate is the best rate
+  over shapes;
+- ``matmul_half_rate_flops`` and ``matmul_size_exponent``: the GEMM rate's size curve
+  (:func:`rlperf.cost.roofline.matmul_size_factor`) fitted to the compute dtype's GEMMs, rate vs
+  ``2mnk`` (:func:`rlperf.cost.roofline.fit_matmul_size_curve`), as the catalog fits published
+  size sweeps;
 - ``attention_efficiency``: prefill attention FLOP/s / peak, in the compute dtype (default bf16,
   the cost model's mixed-precision compute dtype);
 - ``hbm_efficiency``: copy bandwidth / peak bandwidth (the shipped profiles use STREAM copy);
@@ -61,7 +65,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from rlperf.cost.roofline import causal_pairs
+from rlperf.cost.roofline import causal_pairs, fit_matmul_size_curve
 from rlperf.errors import SpecError
 from rlperf.runtime.models import TORCH_DTYPES
 
@@ -242,6 +246,7 @@ class Calibration:
             "accelerator": accelerator,
             "matmul_efficiency": eff(primary),
             "matmul_efficiency_by_dtype": {d: eff(d) for d in peaks if d != primary},
+            **self.size_curve(),
             "attention_efficiency": {
                 "value": _frac(attn / peaks[self.compute_dtype]),
                 "from": f"causal SDPA prefill {self.compute_dtype} (batch {a['batch']}, heads {a['heads']}, head_dim {a['head_dim']}, seq {a['seq']}): "
@@ -276,6 +281,15 @@ class Calibration:
             "measurements": self.measurements(),
         }
         return profile
+
+    def size_curve(self) -> dict[str, Any]:
+        """The profile's GEMM size-curve fields, fitted to the compute dtype's GEMMs."""
+        pts = [g for g in self.gemm if g.dtype == self.compute_dtype]
+        w_half, a = fit_matmul_size_curve([2.0 * g.m * g.n * g.k for g in pts], [g.flops_per_s for g in pts])
+        shown = ", ".join(f"{g.m}x{g.n}x{g.k} {g.flops_per_s / 1e9:,.0f}" for g in pts)
+        frm = (f"fit of rate vs 2mnk over the {self.compute_dtype} GEMMs ({shown} GFLOP/s) with the best as the plateau "
+               "(rlperf.cost.roofline.fit_matmul_size_curve)")
+        return {"matmul_half_rate_flops": {"value": w_half, "from": frm}, "matmul_size_exponent": {"value": a, "from": frm}}
 
     def measurements(self) -> dict[str, Any]:
         d = asdict(self)

@@ -100,6 +100,11 @@ class HardwareProfile(Spec):
     # and what a CPU Adam step achieves of it (CPU-offloaded optimizer; stages.train).
     host_memory_bandwidth_bytes_per_s: float = Field(default=70.4e9, gt=0)
     host_adam_efficiency: float = Field(default=0.721, gt=0, le=1)
+    # GEMM rate vs problem size (work W = 2mnk FLOPs): rate(W) = matmul_eff x W^a / (W^a + W_half^a),
+    # W_half = matmul_half_rate_flops (0: every GEMM at the large-GEMM rate), a = matmul_size_exponent
+    # (cost.roofline.matmul_size_factor).
+    matmul_half_rate_flops: float = Field(default=7.519e9, ge=0)
+    matmul_size_exponent: float = Field(default=1.11, gt=0)
     source: str = ""
     provenance: dict[str, str] = Field(default_factory=dict)  # field -> derivation and source url
 

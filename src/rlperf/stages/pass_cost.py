@@ -8,7 +8,9 @@ stage models take sums and maxima over them).
 Forward (per device of stage ``s``, ``t = tokens / cp`` tokens of the micro-batch):
 
 - weight matmuls: ``2 x matmul_params x t`` FLOPs; the stage's weights read once in the compute
-  dtype plus the activation traffic (:mod:`rlperf.stages.shard`); profile matmul efficiency;
+  dtype plus the activation traffic (:mod:`rlperf.stages.shard`); each GEMM of the stage (its
+  shape from :mod:`rlperf.stages.shard`, ``m`` = its rows for these ``t`` tokens) at the profile's
+  large-GEMM rate times :func:`rlperf.cost.roofline.matmul_size_factor` of its ``2mnk``;
 - attention: ``2 h (d_qk + d_v)`` FLOPs per causal (query, key) pair and layer, heads split by
   tp, pairs by cp (ring attention with the zig-zag split that balances the causal mask);
   FlashAttention IO; profile attention efficiency;
@@ -18,7 +20,8 @@ Forward (per device of stage ``s``, ``t = tokens / cp`` tokens of the micro-batc
 - one kernel launch per kernel of the stage (roofline's additive launch term).
 
 Backward is twice the forward (gradients w.r.t. inputs and weights, the ``3x`` of
-:meth:`ModelSpec.train_flops`); its weight traffic reads the weights once more and
+:meth:`ModelSpec.train_flops`; both backward GEMMs of a weight have its forward's ``2mnk``, so
+the same size factor); its weight traffic reads the weights once more and
 read-modify-writes the gradient accumulators in ``grad_dtype``. Full recompute replays the
 forward, selective recompute the attention core (Korthikanti et al. 2022).
 
@@ -67,7 +70,7 @@ from rlperf.cost.collectives import (
     reduce_scatter,
 )
 from rlperf.cost.memory_activations import ACTIVATION_DTYPE
-from rlperf.cost.roofline import ceilings
+from rlperf.cost.roofline import ceilings, matmul_size_factor
 from rlperf.errors import SpecError
 from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware import Cluster
@@ -205,6 +208,11 @@ class LayoutCosts:
         self._units: dict[tuple[int, float], CommUnit] = {}
         self._dp_comm: dict[tuple[int, str], tuple[float, float]] = {}
         self._matmul = ceilings(cluster, COMPUTE_DTYPE, "matmul")
+        self._gemms = {  # per stage: weight, rows per token, count of each distinct GEMM (columns)
+            sh.stage: tuple(np.asarray(x, dtype=np.float64)[:, None]
+                            for x in (sh.gemm_weights, sh.gemm_rows_per_token, sh.gemm_counts))
+            for sh in self.shards
+        }
         self._attention_roof = ceilings(cluster, COMPUTE_DTYPE, "attention")
         self._elementwise_roof = ceilings(cluster, COMPUTE_DTYPE, "elementwise")
 
@@ -216,7 +224,7 @@ class LayoutCosts:
         """Forward of each of ``mb`` on one device of ``shard``'s stage, with its communication."""
         cl, t = self.cluster, self._tokens(mb)
         weights = shard.params * _C
-        lin = _roof(2 * shard.matmul_params_per_token * t, weights + shard.matmul_io_per_token * t * _C, self._matmul)
+        lin = self._linear(shard, t, 1, weights + shard.matmul_io_per_token * t * _C)
         attn = self._attention(shard, mb)
         elem = self._elementwise(shard, t, LOGIT_PASSES_FORWARD, 1)
         body = lin.time_s + attn.time_s + elem.time_s
@@ -234,7 +242,7 @@ class LayoutCosts:
         cl, t, lay = self.cluster, self._tokens(mb), self.layout
         g = bytes_per(lay.grad_dtype)
         weights = shard.params * (_C + 2 * g)  # read weights for dgrad; accumulate weight grads
-        lin = _roof(4 * shard.matmul_params_per_token * t, weights + 2 * shard.matmul_io_per_token * t * _C, self._matmul)
+        lin = self._linear(shard, t, 2, weights + 2 * shard.matmul_io_per_token * t * _C)
         attn_f = self._attention(shard, mb)
         attn = _roof(2 * attn_f.flops, 2 * attn_f.bytes, self._attention_roof)
         elem = self._elementwise(shard, t, LOGIT_PASSES_BACKWARD, 2)
@@ -255,6 +263,17 @@ class LayoutCosts:
             ring_passes=2 + (1 if lay.recompute != "none" else 0), a2a_passes=1 + replay,
         )
         return PassCost(flops=flops, hbm_bytes=hbm, body_s=body, launch_s=launch, attention_s=attention_s, **comm)
+
+    def _linear(self, shard: StageShard, t: np.ndarray, passes: int, num_bytes: np.ndarray) -> Roof:
+        """The stage's weight matmuls over ``t`` tokens per device, ``passes`` times (1 forward;
+        2 backward: data and weight gradients): each distinct GEMM ``g`` (``count_g`` of them,
+        ``rows_g = rows per token x t``, weight ``w_g``) takes ``2 rows_g w_g / (C f(2 rows_g w_g))``
+        of compute, ``C`` the large-GEMM FLOP/s; the traffic ``num_bytes`` at HBM bandwidth."""
+        flops = 2 * passes * shard.matmul_params_per_token * t
+        w, rows_per_token, count = self._gemms[shard.stage]
+        work = 2 * w * rows_per_token * t[None, :]  # (gemm, micro-batch)
+        compute_s = passes * (count * work / matmul_size_factor(self.cluster.profile, work)).sum(axis=0) / self._matmul[0]
+        return Roof(flops, num_bytes, np.maximum(compute_s, num_bytes / self._matmul[1]))
 
     def _elementwise(self, shard: StageShard, t: np.ndarray, logit_passes: int, layer_factor: int) -> Roof:
         """Memory-bound kernels: the layers' norms, residual adds, rotary and activation

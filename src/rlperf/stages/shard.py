@@ -20,6 +20,13 @@ the per-token work of a forward pass on one device of each stage:
 - **kernels** of a forward through the stage, for the launch term (an unfused Hugging Face /
   FSDP layer: two norms, rotary, attention core, activation, two residual adds, plus one kernel
   per weight matmul; an MoE block adds top-k, permute and unpermute around grouped GEMMs).
+- **GEMM shapes**, for the GEMM rate's size dependence (:func:`rlperf.cost.roofline.
+  matmul_size_factor`): each weight matmul as (weight elements ``k x n`` on this device, rows per
+  token of the micro-batch, count per forward). Rows are the micro-batch's tokens on the device,
+  except for routed experts: the local experts of one projection run as one grouped GEMM
+  (Megatron-Core GroupedMLP) over the ``ep x tokens x k`` routed copies of the ep group that land
+  on them, ``ep k / E`` rows per token for ``E / ep`` experts' weights (balanced routing).
+  Summed, count x rows x weight is ``matmul_params_per_token``.
 """
 
 from __future__ import annotations
@@ -53,6 +60,10 @@ class StageShard:
     ring_kv_per_token: float  # k and v elements per token and layer (what ring attention passes)
     vocab_per_device: float  # logits per token on this device (0 without an LM head here)
     kernels: int  # kernels of one forward through the stage
+    # distinct weight matmuls of one forward: weight elements, rows per micro-batch token, count
+    gemm_weights: tuple[float, ...] = ()
+    gemm_rows_per_token: tuple[float, ...] = ()
+    gemm_counts: tuple[int, ...] = ()
 
     @property
     def params(self) -> float:
@@ -85,6 +96,50 @@ def _attention(model: ModelSpec, tp: int) -> tuple[float, float, float, float]:
     proj = q + kv_a + kv_b + (h * v + d)
     core = h * (2 * qk + 2 * v)  # decompressed per-head keys and values in a teacher-forced pass
     return q_w + kv_w + h * v * d, proj, core, h * (qk + v)
+
+
+Gemms = dict[tuple[float, float], int]  # (weight elements, rows per token) -> count
+
+
+def _add(gemms: Gemms, weight: float, rows_per_token: float = 1.0, count: int = 1) -> None:
+    if weight > 0 and count > 0:
+        key = (float(weight), float(rows_per_token))
+        gemms[key] = gemms.get(key, 0) + count
+
+
+def _attention_gemms(model: ModelSpec, tp: int, gemms: Gemms) -> None:
+    """One layer's attention projections on one tp rank (the weights of :func:`_attention`)."""
+    d, h = model.hidden_size, model.num_heads / tp
+    m = model.mla
+    if m is None:
+        hd, kv = model.head_dim, kv_heads_per_device(model, tp)
+        for w in (d * h * hd, d * kv * hd, d * kv * hd, h * hd * d):  # q, k, v, o
+            _add(gemms, w)
+        return
+    qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+    if m.q_lora_rank is None:
+        _add(gemms, d * h * qk)
+    else:
+        _add(gemms, d * m.q_lora_rank)
+        _add(gemms, m.q_lora_rank * h * qk)
+    _add(gemms, d * (m.kv_lora_rank + m.qk_rope_head_dim))
+    _add(gemms, m.kv_lora_rank * h * (m.qk_nope_head_dim + v))
+    _add(gemms, h * v * d)
+
+
+def _mlp_gemms(model: ModelSpec, layer: int, tp: int, ep: int, gemms: Gemms) -> None:
+    """One layer's MLP matmuls on one tp rank (the weights of :func:`_mlp`)."""
+    d = model.hidden_size
+    moe = model.moe
+    if moe is None or not model.is_moe_layer(layer):
+        _add(gemms, d * model.intermediate_size / tp, count=3)  # gate, up, down
+        return
+    _add(gemms, d * moe.num_experts)  # router
+    if moe.shared_expert_gate:
+        _add(gemms, d)
+    local = moe.num_experts / ep  # one grouped GEMM per projection over the local experts
+    _add(gemms, local * d * moe.expert_intermediate_size / tp, ep * moe.experts_per_token / moe.num_experts, count=3)
+    _add(gemms, d * moe.shared_intermediate_size / tp, count=3)
 
 
 def _elementwise(model: ModelSpec, layer: int, tp: int, sequence_parallel: bool) -> float:
@@ -135,7 +190,10 @@ def stage_shards(
     for st in stage_params(model, tp, pp, ep * tp):
         params = io = elementwise = 0.0
         kernels = 0
+        gemms: Gemms = {}
         for layer in st.layers:
+            _attention_gemms(model, tp, gemms)
+            _mlp_gemms(model, layer, tp, ep, gemms)
             mlp_params, mlp_io, mlp_kernels = _mlp(model, layer, tp)
             params += attn_params + mlp_params
             io += attn_proj + mlp_io
@@ -147,9 +205,11 @@ def stage_shards(
                 vocab_here = vocab / tp
                 params += d * vocab_here
                 io += d + vocab_here
+                _add(gemms, d * vocab_here)
             else:
                 params += d  # value head d -> 1
                 io += d + 1
+                _add(gemms, d)
             kernels += 2  # final norm, head
         n = len(st.layers)
         shards.append(
@@ -167,6 +227,9 @@ def stage_shards(
                 ring_kv_per_token=ring_kv,
                 vocab_per_device=vocab_here,
                 kernels=kernels,
+                gemm_weights=tuple(w for w, _ in gemms),
+                gemm_rows_per_token=tuple(r for _, r in gemms),
+                gemm_counts=tuple(gemms.values()),
             )
         )
     return tuple(shards)

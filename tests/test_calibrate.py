@@ -47,6 +47,7 @@ def test_profile_loads_through_the_catalog(cal: Calibration, profile_file: Path)
     assert prof.kernel_launch_s == pytest.approx(cal.kernel_launch_s)
     assert prof.graph_kernel_launch_s == prof.kernel_launch_s
     assert "calibrate" in prof.provenance["attention_efficiency"] or "SDPA" in prof.provenance["attention_efficiency"]
+    assert prof.forward_mfu_cap == pytest.approx(min(1.0, cal.block_forward_mfu)) and prof.forward_mfu_cap > 0
     # a CPU is its own host: the CPU Adam figures are the device's own bandwidth and AdamW rate
     assert cal.host_devices == 1
     assert prof.host_memory_bandwidth_bytes_per_s == pytest.approx(acc.hbm_bandwidth_bytes_per_s)

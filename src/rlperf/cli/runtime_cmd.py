@@ -53,6 +53,7 @@ def calibrate_cmd(
         t.add_row("host copy  |  triad  |  AdamW", f"{cal.host_copy_bytes_per_s / 1e9:,.2f}  |  {cal.host_triad_bytes_per_s / 1e9:,.2f}  |  "
                   f"{cal.host_adam_bytes_per_s / 1e9:,.2f} GB/s")
     t.add_row("decoder layer fwd+bwd (MFU)", f"{cal.block_flops_per_s / 1e9:,.1f} GFLOP/s ({100 * cal.block_mfu:.0f}%)")
+    t.add_row("decoder layer fwd only (MFU)", f"{cal.block_forward_flops_per_s / 1e9:,.1f} GFLOP/s ({100 * cal.block_forward_mfu:.0f}%)")
     t.add_row("HF generate per step: fixed  |  per layer", f"{fmt_s(cal.engine_step_s['fixed_s'])}  |  {fmt_s(cal.engine_step_s['per_layer_s'])}")
     t.add_row("kernel launch (eager)", fmt_s(cal.kernel_launch_s))
     if cal.graph_kernel_launch_s is not None:
@@ -61,7 +62,7 @@ def calibrate_cmd(
     prof = cal.to_profile()
     eff = table("profile: fractions of the measured peaks", "field", "value")
     for k in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency", "decode_hbm_efficiency", "train_mfu_cap",
-              "host_adam_efficiency"):
+              "forward_mfu_cap", "host_adam_efficiency"):
         eff.add_row(k, f"{prof[k]['value']:.3f}")
     for d, e in prof["matmul_efficiency_by_dtype"].items():
         eff.add_row(f"matmul_efficiency ({d})", f"{e['value']:.3f}")

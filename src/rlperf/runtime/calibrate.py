@@ -39,7 +39,8 @@ efficiencies are then relative to those peaks:
 - ``kernel_launch_s`` and ``graph_kernel_launch_s`` (a CPU has no graphs: the eager cost);
 - ``train_mfu_cap``: the end-to-end MFU of forward + backward through one decoder layer of a
   published config (Qwen2.5-0.5B's, HF eager with autocast), as the catalog's cap is the best
-  published end-to-end training MFU;
+  published end-to-end training MFU; ``forward_mfu_cap``: the same layer's forward alone under
+  ``no_grad`` (what log-prob and value passes run);
 - ``host_memory_bandwidth_bytes_per_s``: the host's best of copy and triad (at the thread count
   used) over the GPUs that share the host (1 on a CPU), as the catalog's figure is the host's
   DRAM per GPU; ``host_adam_efficiency``: the host AdamW bytes/s over that best (CPU Adam is
@@ -171,6 +172,8 @@ class Calibration:
     host_devices: int  # devices sharing the host's memory (CUDA devices; 1 on a CPU)
     block_flops_per_s: float  # fwd+bwd of the reference decoder layer, compute dtype
     block_mfu: float  # block_flops_per_s / peak of the compute dtype
+    block_forward_flops_per_s: float  # forward only (no_grad) of the same layer
+    block_forward_mfu: float
     engine_step_s: dict[str, float]  # HF generate per decode step of a tiny model: fixed, per layer
     kernel_launch_s: float
     graph_kernel_launch_s: float | None
@@ -266,6 +269,11 @@ class Calibration:
                 "value": _frac(self.block_mfu),
                 "from": f"end-to-end fwd+bwd of one {REFERENCE_BLOCK} decoder layer (eager HF, {self.compute_dtype} autocast): "
                         f"{self.block_flops_per_s / 1e9:,.1f} GFLOP/s / peak {peaks[self.compute_dtype] / 1e9:,.1f}",
+            },
+            "forward_mfu_cap": {
+                "value": _frac(self.block_forward_mfu),
+                "from": f"end-to-end forward (no_grad) of the same {REFERENCE_BLOCK} decoder layer: "
+                        f"{self.block_forward_flops_per_s / 1e9:,.1f} GFLOP/s / peak {peaks[self.compute_dtype] / 1e9:,.1f}",
             },
             "host_memory_bandwidth_bytes_per_s": {
                 "value": float(self.host_bandwidth_bytes_per_s / self.host_devices),
@@ -406,9 +414,10 @@ def _launch(device: torch.device, s: Sizes) -> tuple[float, float | None]:
 REFERENCE_BLOCK = "Qwen2.5-0.5B"
 
 
-def _block(device: torch.device, dtype: str, s: Sizes) -> float:
-    """FLOP/s of forward + backward through one decoder layer of REFERENCE_BLOCK (HF eager,
-    autocast to ``dtype``): 3 x (2 x linear params x tokens + 4 h d x causal pairs)."""
+def _block(device: torch.device, dtype: str, s: Sizes) -> tuple[float, float]:
+    """FLOP/s of (forward + backward, forward only under no_grad) through one decoder layer of
+    REFERENCE_BLOCK (HF eager, autocast to ``dtype``): (3 or 1) x (2 x linear params x tokens +
+    4 h d x causal pairs)."""
     from rlperf.runtime.models import compute_ctx, from_config, hf_config
 
     cfg = hf_config(REFERENCE_BLOCK, num_hidden_layers=1, vocab_size=1024)  # a small embedding (a gather)
@@ -421,11 +430,17 @@ def _block(device: torch.device, dtype: str, s: Sizes) -> float:
             h = model(input_ids=x, use_cache=False).last_hidden_state
         h.float().sum().backward()
 
+    def forward() -> None:
+        with torch.no_grad(), compute_ctx(device, TORCH_DTYPES[dtype]):
+            model(input_ids=x, use_cache=False)
+
     t = best_time(step, device, s.repeats, s.budget_s)
+    t_fwd = best_time(forward, device, s.repeats, s.budget_s)
     linear: int = sum(m.weight.numel() for m in model.layers[0].modules() if isinstance(m, torch.nn.Linear))
     heads, head_dim = int(cfg.num_attention_heads), int(cfg.hidden_size) // int(cfg.num_attention_heads)
     attn = 4.0 * heads * head_dim * causal_pairs(s.block_seq, s.block_seq) * s.block_batch
-    return 3.0 * (2.0 * linear * s.block_batch * s.block_seq + attn) / t
+    flops = 2.0 * linear * s.block_batch * s.block_seq + attn
+    return 3.0 * flops / t, flops / t_fwd
 
 
 def _engine_step(device: torch.device, s: Sizes) -> dict[str, float]:
@@ -505,7 +520,7 @@ def calibrate(device: str = "auto", quick: bool = False, compute_dtype: str | No
         host_adam = _adam(cpu, hs)
         host_devices = torch.cuda.device_count()
     say("reference decoder layer (fwd + bwd)")
-    block = _block(dev, dtype_name, s)
+    block, block_fwd = _block(dev, dtype_name, s)
     say("generate step overhead")
     with torch.no_grad():
         engine = _engine_step(dev, s)
@@ -535,6 +550,8 @@ def calibrate(device: str = "auto", quick: bool = False, compute_dtype: str | No
         host_devices=host_devices,
         block_flops_per_s=block,
         block_mfu=block / peak_c,
+        block_forward_flops_per_s=block_fwd,
+        block_forward_mfu=block_fwd / peak_c,
         engine_step_s=engine,
         kernel_launch_s=eager,
         graph_kernel_launch_s=graph,

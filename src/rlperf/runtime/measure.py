@@ -124,13 +124,6 @@ def unmodelled(profile: str | Path | None, num_layers: int, meas: Measurement) -
             f"+ {1e3 * float(eng['per_layer_s']):.2f} ms per layer), is ~{per_step * steps:.2f} s over the {steps} decode steps; "
             "the simulator's engine (vLLM-like: CUDA-graph decode steps, continuous batching) has no such term"
         )
-    cap = data.get("train_mfu_cap")
-    if isinstance(cap, dict) and "value" in cap:
-        notes.append(
-            f"forward passes (old_logprob, ref_logprob, values) are credited with the best GEMM rate; training with "
-            f"train_mfu_cap = {float(cap['value']):.2f} of it (the calibration's end-to-end decoder-layer rate), which the "
-            "forward-pass model does not apply"
-        )
     return notes
 
 

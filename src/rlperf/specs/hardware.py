@@ -96,6 +96,8 @@ class HardwareProfile(Spec):
     kernel_launch_s: float = Field(default=2.65e-6, ge=0)  # per-kernel fixed cost, eager launches
     graph_kernel_launch_s: float = Field(default=0.58e-6, ge=0)  # per-kernel cost inside a CUDA graph
     train_mfu_cap: float = Field(default=0.552, gt=0, le=1)  # best published end-to-end training MFU
+    # end-to-end MFU cap of forward-only passes (log-probs, values); None: train_mfu_cap
+    forward_mfu_cap: float | None = Field(default=None, gt=0, le=1)
     # Host side, per GPU: the node's DRAM peak (sockets x channels x MT/s x 8 B) / GPUs per node,
     # and what a CPU Adam step achieves of it (CPU-offloaded optimizer; stages.train).
     host_memory_bandwidth_bytes_per_s: float = Field(default=70.4e9, gt=0)
@@ -111,6 +113,11 @@ class HardwareProfile(Spec):
     def matmul_eff(self, dtype: str) -> float:
         """Large-GEMM efficiency for ``dtype`` (the BF16 figure where none is recorded)."""
         return self.matmul_efficiency_by_dtype.get(dtype, self.matmul_efficiency)
+
+    @property
+    def forward_cap(self) -> float:
+        """The cap on a forward-only pass's GEMM efficiency (``forward_mfu_cap``, else the training cap)."""
+        return self.train_mfu_cap if self.forward_mfu_cap is None else self.forward_mfu_cap
 
     @property
     def host_adam_bytes_per_s(self) -> float:

@@ -7,6 +7,13 @@ through the pipeline stages (forward-only fill and drain, :mod:`rlperf.stages.pi
 the per-micro-batch compute and communication of :mod:`rlperf.stages.pass_cost`. The most
 loaded dp rank sets the time.
 
+Its GEMMs run at ``min(matmul efficiency, forward cap)`` times their size factor, the forward
+cap being the profile's ``forward_mfu_cap`` (an end-to-end forward-only MFU, measured by
+``rlperf calibrate``) or, where none is recorded, ``train_mfu_cap``: the same engine (FSDP /
+Megatron micro-batches, eager kernels between the GEMMs) runs these passes, and no accelerator
+has a published forward-only MFU. The GEMM size curve alone does not explain a forward pass's
+end-to-end rate (the measured evidence is in docs/runtime.md).
+
 Work and depth (:mod:`rlperf.stages.base`):
 
 - ``work_s``: device-seconds of every kernel at its roofline (per-op max of compute and memory
@@ -30,9 +37,14 @@ from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import TrainLayout, check_train_layout
 from rlperf.stages.base import StageCost
 from rlperf.stages.microbatch import as_lengths, microbatches_for
-from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes, Tally, components
+from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes, Tally, capped, components
 from rlperf.stages.pipeline import pipeline_times
 from rlperf.stages.shard import Head
+
+
+def forward_view(cluster: Cluster) -> Cluster:
+    """``cluster`` with its matmul efficiencies capped at the profile's forward cap."""
+    return capped(cluster, cluster.profile.forward_cap)
 
 
 def forward_pass(
@@ -62,7 +74,7 @@ def forward_pass(
     """
     check_train_layout(model, layout)
     seqs = as_lengths(seq_tokens)
-    costs = LayoutCosts(model, cluster, layout, head)
+    costs = LayoutCosts(model, forward_view(cluster), layout, head)
     plan = microbatches_for(seqs, layout)
     mem = forward_memory(model, layout, plan.max_microbatch_tokens(), seq_len=int(seqs.max()))
     check_fits(mem, cluster.accelerator.hbm_bytes, name)

@@ -29,7 +29,8 @@ all-gather, i.e. ``2 (N-1)/N Psi b`` with equal dtypes, as plain data parallelis
 ZeRO-0 sends ``2 (N-1)/N Psi b_grad`` (Rajbhandari et al. 2020, "ZeRO", §7).
 
 Training matmuls run at ``min(matmul efficiency, train_mfu_cap)`` of the profile (the best
-published end-to-end training MFU on the accelerator caps what a training GEMM is credited with).
+published end-to-end training MFU on the accelerator caps what a training GEMM is credited with),
+times the GEMM size factor of :mod:`rlperf.stages.pass_cost`.
 
 Work and depth: ``work_s`` is the device-seconds of every kernel at its roofline (forward,
 backward, recompute, optimizer; no launches, communication, bubbles or host work); ``depth_s``
@@ -55,20 +56,14 @@ from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import TrainLayout, check_train_layout
 from rlperf.stages.base import StageCost
 from rlperf.stages.microbatch import MicroBatches, as_lengths, microbatches_for, split_minibatches
-from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes, Tally, components
+from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes, Tally, capped, components
 from rlperf.stages.pipeline import pipeline_times
 from rlperf.stages.shard import Head, StageShard
 
 
 def training_view(cluster: Cluster) -> Cluster:
     """``cluster`` with its matmul efficiencies capped at the profile's ``train_mfu_cap``."""
-    prof = cluster.profile
-    cap = prof.train_mfu_cap
-    capped = prof.model_copy(update={
-        "matmul_efficiency": min(prof.matmul_efficiency, cap),
-        "matmul_efficiency_by_dtype": {k: min(v, cap) for k, v in prof.matmul_efficiency_by_dtype.items()},
-    })
-    return cluster.model_copy(update={"profile": capped})
+    return capped(cluster, cluster.profile.train_mfu_cap)
 
 
 @dataclass(frozen=True)

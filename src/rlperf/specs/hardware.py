@@ -107,6 +107,17 @@ class HardwareProfile(Spec):
     # (cost.roofline.matmul_size_factor).
     matmul_half_rate_flops: float = Field(default=7.519e9, ge=0)
     matmul_size_exponent: float = Field(default=1.11, gt=0)
+    # Host-side cost of one rollout-engine step that the GPU does not overlap (scheduling, input
+    # preparation, sampler bookkeeping, output processing), added to every step
+    # (stages.rollout_step): engine_step_overhead_s + engine_layer_overhead_s x layers (the
+    # per-layer part: eager module dispatch, e.g. HF generate). None: no figure, nothing is added
+    # (no catalog accelerator has a published one; `rlperf validate --calibrate` fits the fixed
+    # part, `rlperf calibrate` measures HF generate's).
+    engine_step_overhead_s: float | None = Field(default=None, ge=0)
+    engine_layer_overhead_s: float | None = Field(default=None, ge=0)
+    # Host-side cost per weight tensor of a trainer -> engine weight sync that goes tensor by
+    # tensor (verl: gather, send and load_weights per tensor; stages.weight_sync). None: nothing.
+    weight_sync_tensor_overhead_s: float | None = Field(default=None, ge=0)
     source: str = ""
     provenance: dict[str, str] = Field(default_factory=dict)  # field -> derivation and source url
 
@@ -118,6 +129,11 @@ class HardwareProfile(Spec):
     def forward_cap(self) -> float:
         """The cap on a forward-only pass's GEMM efficiency (``forward_mfu_cap``, else the training cap)."""
         return self.train_mfu_cap if self.forward_mfu_cap is None else self.forward_mfu_cap
+
+    def engine_step_s(self, num_layers: int) -> float:
+        """Host-side engine cost added to every rollout-engine step of a ``num_layers`` model."""
+        fixed = self.engine_step_overhead_s or 0.0
+        return fixed + (self.engine_layer_overhead_s or 0.0) * num_layers
 
     @property
     def host_adam_bytes_per_s(self) -> float:

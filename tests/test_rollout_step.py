@@ -138,3 +138,17 @@ def test_moe_touches_more_experts_as_the_batch_grows() -> None:
         (moe.num_params - moe.breakdown.embedding - moe.breakdown.norms) * 2,
         rel_tol=1e-6,
     )
+
+
+def test_host_overhead_is_added_to_every_step_and_is_not_work() -> None:
+    """engine_step_overhead_s + engine_layer_overhead_s x layers is added to each step (after the
+    roofline max, like communication): a run of n steps is longer by n x overhead exactly."""
+    prof = H100.profile.model_copy(update={"engine_step_overhead_s": 2e-3, "engine_layer_overhead_s": 1e-5})
+    slow = H100.model_copy(update={"profile": prof})
+    base = StepModel.build(QWEN7, H100, EngineLayout(tp=1))
+    step = StepModel.build(QWEN7, slow, EngineLayout(tp=1))
+    overhead = 2e-3 + 1e-5 * QWEN7.num_layers
+    assert step.overhead_s == pytest.approx(overhead) and base.overhead_s == 0.0
+    for b, ctx, n in ((1, 100, 1), (64, 64 * 5_000, 300), (512, 0, 7)):
+        assert step.run(b, ctx, 0, 0.0).time_s(n) == pytest.approx(base.run(b, ctx, 0, 0.0).time_s(n) + n * overhead)
+        assert step.run(b, ctx, 0, 0.0).fixed == pytest.approx(base.run(b, ctx, 0, 0.0).fixed + overhead)

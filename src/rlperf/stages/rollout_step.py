@@ -10,7 +10,7 @@ over the ``pp`` stages, i.e. the path of one micro-batch through the pipeline; w
 micro-batches in flight the token-proportional terms divide by their number, see
 :meth:`StepModel.run`):
 
-    step = max(compute, memory, launch floor) + communication
+    step = max(compute, memory, launch floor) + communication + host overhead
     compute = linear FLOPs / (tp · peak · matmul_eff) + attention FLOPs / (tp · peak · attention_eff)
     memory  = (streamed weight bytes + KV bytes read + KV bytes written) per GPU
               / (HBM bandwidth · decode_hbm_efficiency)
@@ -18,6 +18,16 @@ micro-batches in flight the token-proportional terms divide by their number, see
                     attention and the MLP of every layer, Megatron TP; Shoeybi et al. 2019)
                     + (pp-1) stage hand-offs (one point-to-point send of the activations)
     launch floor = graph_kernel_launch_s · KERNELS_PER_LAYER · L
+    host overhead = engine_step_overhead_s + engine_layer_overhead_s · L  (profile; 0 when unset)
+
+The host overhead is the engine's own CPU work per step that the GPU waits for: scheduling the
+batch, preparing its inputs, sampler bookkeeping, processing the outputs (vLLM's v0.6 blog:
+with v0.5.3 on one H100, scheduling alone took 29% of the time of a Llama-3-8B run and the GPU
+sat idle meanwhile; https://blog.vllm.ai/2024/09/05/perf-update.html). It is added, as the
+communication is: the next step cannot be launched before it is done. The per-layer part is
+the module dispatch of an eager framework (HF ``generate``; ``rlperf calibrate`` measures both
+parts there). No catalog profile has a published figure, so both are unset (0) unless a profile
+file or ``rlperf validate --calibrate`` sets them.
 
 The launch floor enters the max, not the sum: a step cannot finish before its kernels are
 launched, but launches overlap with the kernels of the step, and ``decode_hbm_efficiency`` is an
@@ -103,6 +113,7 @@ class StepModel:
     num_experts: int  # 0 for a dense model
     experts_per_token: int
     floor_s: float  # kernel-launch floor per step
+    overhead_s: float  # host-side engine cost per step (added, as communication is)
     # communication, filled lazily per token count
     _comm_cache: dict[tuple[int, int], float] = field(
         default_factory=dict, compare=False, repr=False
@@ -144,6 +155,7 @@ class StepModel:
             num_experts=moe.num_experts if moe is not None else 0,
             experts_per_token=moe.experts_per_token if moe is not None else 0,
             floor_s=launch_s * KERNELS_PER_LAYER * model.num_layers,
+            overhead_s=prof.engine_step_s(model.num_layers),
             _cluster=cluster,
             _act_bytes=wbytes,
         )
@@ -247,7 +259,7 @@ class StepModel:
         c0 = c0 + (attn_s * (context_tokens + b) + prefill_s_per_token * c / mb)
         weights_s = self.weight_bytes_per_gpu(-(-n_tok // mb)) / self.hbm_bytes_per_s
         m0 = weights_s + kv_s * (context_tokens + b + c)
-        return c0, attn_s * b, m0, kv_s * b, self.comm_s(n_tok, mb)
+        return c0, attn_s * b, m0, kv_s * b, self.comm_s(n_tok, mb) + self.overhead_s
 
     def num_microbatches(self, num_seqs: Count) -> Count:
         """Pipeline micro-batches of a step over ``num_seqs`` sequences: ``min(pp, num_seqs)``,
@@ -280,7 +292,7 @@ class StepModel:
 @dataclass(frozen=True, slots=True)
 class Run:
     """Step ``i`` of a run costs ``max(c0 + c1·i, m0 + m1·i, floor) + fixed`` seconds
-    (compute line, memory line, launch floor, communication)."""
+    (compute line, memory line, launch floor; communication plus host overhead)."""
 
     c0: float
     c1: float

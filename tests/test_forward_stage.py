@@ -12,6 +12,7 @@ from rlperf.errors import SpecError
 from rlperf.specs.hardware_catalog import make_cluster
 from rlperf.specs.parallel import TrainLayout
 from rlperf.stages.forward import forward_pass
+from rlperf.stages.pass_cost import MicroBatchShapes
 from rlperf.stages.shard import stage_shards
 from rlperf.stages.microbatch import (
     as_lengths,
@@ -221,3 +222,21 @@ def test_forward_gemms_are_capped_at_the_forward_mfu_cap() -> None:
     a, b = forward_pass(SMALL, NODE, lay, seqs), forward_pass(SMALL, low, lay, seqs)
     assert b.component("compute") > 1.5 * a.component("compute")  # GEMMs dominate these passes
     assert forward_view(low).profile.matmul_eff("fp8") == prof.train_mfu_cap / 2
+
+
+def test_without_packing_each_sequence_computes_its_microbatchs_longest() -> None:
+    """packing=False (HF eager batches): a micro-batch of sequences L_i costs as len x max L_i
+    tokens and len x L(L+1)/2 causal pairs; with one sequence per micro-batch nothing changes."""
+    seqs = np.array([1000, 900, 400, 100, 800, 50])
+    packed = TrainLayout(zero_stage=0, micro_batch_size=3)
+    padded = packed.model_copy(update={"packing": False})
+    plan = microbatches_for(seqs, packed)
+    longest = [max(mb) for mb in plan.ranks[0]]
+    assert plan.microbatch_tokens(padded=True).tolist() == [len(mb) * m for mb, m in zip(plan.ranks[0], longest, strict=True)]
+    shapes = MicroBatchShapes.of(plan, padded=True)
+    assert shapes.pairs.tolist() == [len(mb) * m * (m + 1) / 2 for mb, m in zip(plan.ranks[0], longest, strict=True)]
+    a, b = forward_pass(SMALL, NODE, packed, seqs), forward_pass(SMALL, NODE, padded, seqs)
+    assert b.flops > a.flops and b.time_s > a.time_s
+    one = packed.model_copy(update={"micro_batch_size": 1})
+    assert forward_pass(SMALL, NODE, one, seqs).time_s == forward_pass(
+        SMALL, NODE, one.model_copy(update={"packing": False}), seqs).time_s

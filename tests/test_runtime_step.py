@@ -172,3 +172,14 @@ def test_microbatches_match_the_cost_model(layout: TrainLayout) -> None:
         model = [np.sort(mb) for mb in microbatches_for(seq[mini], layout).ranks[0]]
         assert [m.tolist() for m in mine] == [m.tolist() for m in model]
         assert sorted(np.concatenate(microbatch_indices(seq, mini, layout)).tolist()) == mini.tolist()
+
+
+def test_padded_tokens_match_the_cost_model_without_packing(grpo: Any) -> None:
+    """The runtime pads each micro-batch to its longest: what the cost model counts with
+    packing=False (one forward pass over the whole batch)."""
+    runner, res, _ = grpo
+    sample = resolve_workload(runner.spec.workload).sample(0)
+    lay = runner.spec.plan.layout_for("actor").model_copy(update={"packing": False})
+    seq = sample.prompt_tokens[sample.group_ids] + sample.flat_response_tokens
+    assert int(seq.sum()) == res.train_tokens
+    assert int(microbatches_for(seq, lay).microbatch_tokens(padded=True).sum()) == res.padded_train_tokens

@@ -306,7 +306,10 @@ class _StepState:
         notes = [
             *rt.notes,
             "generate: HF generate, static batches (no continuous batching); finished requests compute padding until their batch's longest ends",
-            f"train passes compute {self.padded_tokens:,} tokens for {self.real_tokens:,} real ones (HF eager pads each micro-batch)",
+            f"train passes compute {self.padded_tokens:,} tokens for {self.real_tokens:,} real ones (HF eager pads each micro-batch)"
+            + ("" if not any(lay.packing for lay in rt.layouts.values()) else
+               "; the scenario's layouts pack sequences (packing: true), so the prediction counts only real tokens: "
+               "set packing: false to predict what this runtime computes"),
         ]
         return StepResult(
             scenario=rt.spec.name,

@@ -21,6 +21,7 @@ ZeroStage = Literal[0, 1, 2, 3]  # 3 == FSDP full sharding
 Recompute = Literal["none", "selective", "full"]
 PipelineSchedule = Literal["1f1b", "interleaved", "gpipe"]
 ContextParallel = Literal["ring", "ulysses"]
+Batching = Literal["continuous", "static"]
 
 
 class TrainLayout(Spec):
@@ -41,6 +42,9 @@ class TrainLayout(Spec):
     recompute: Recompute = "full"
     micro_batch_size: int = Field(default=1, gt=0)  # sequences per micro-batch (when no token budget)
     max_tokens_per_microbatch: int | None = Field(default=None, gt=0)  # dynamic batching / packing
+    # sequences of a micro-batch packed without padding (verl use_remove_padding, OpenRLHF
+    # --packing_samples); False: each is padded to the micro-batch's longest (HF eager batches)
+    packing: bool = True
     offload_params: bool = False
     offload_optimizer: bool = False
     param_dtype: str = "bf16"
@@ -76,6 +80,12 @@ class EngineLayout(Spec):
     max_num_seqs: int = Field(default=256, gt=0)
     max_num_batched_tokens: int = Field(default=8192, gt=0)  # chunked-prefill token budget per step
     prefix_sharing: bool = True  # a prompt's KV is computed once and shared by its group's samples
+    # continuous: vLLM/SGLang (free slots are refilled every step, chunked prefill, preemption);
+    # static: fixed batches of max_num_seqs requests in dispatch order, prompts padded to the
+    # batch's longest, each batch running until its longest response ends (HF generate,
+    # TRT-LLM static micro-batches in NeMo-Aligner, DeepSpeed-Chat's hybrid engine);
+    # prefix_sharing and max_num_batched_tokens apply to continuous batching only
+    batching: Batching = "continuous"
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
 

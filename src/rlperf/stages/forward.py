@@ -5,7 +5,8 @@ and compute bound, on a training-engine layout (FSDP / Megatron). The batch is b
 dp ranks and cut into micro-batches (:mod:`rlperf.stages.microbatch`); each micro-batch runs
 through the pipeline stages (forward-only fill and drain, :mod:`rlperf.stages.pipeline`) with
 the per-micro-batch compute and communication of :mod:`rlperf.stages.pass_cost`. The most
-loaded dp rank sets the time.
+loaded dp rank sets the time. Without ``layout.packing`` every sequence of a micro-batch is
+computed at the micro-batch's longest length (padding).
 
 Its GEMMs run at ``min(matmul efficiency, forward cap)`` times their size factor, the forward
 cap being the profile's ``forward_mfu_cap`` (an end-to-end forward-only MFU, measured by
@@ -76,11 +77,12 @@ def forward_pass(
     seqs = as_lengths(seq_tokens)
     costs = LayoutCosts(model, forward_view(cluster), layout, head)
     plan = microbatches_for(seqs, layout)
-    mem = forward_memory(model, layout, plan.max_microbatch_tokens(), seq_len=int(seqs.max()))
+    padded = not layout.packing
+    mem = forward_memory(model, layout, plan.max_microbatch_tokens(padded), seq_len=int(seqs.max()))
     check_fits(mem, cluster.accelerator.hbm_bytes, name)
 
     devices = layout.tp * layout.cp
-    shapes = MicroBatchShapes.of(plan)
+    shapes = MicroBatchShapes.of(plan, padded)
     tally = Tally()
     times = np.zeros((layout.pp, shapes.tokens.size))
     parts: list[dict[str, np.ndarray]] = []  # per stage: each component, per micro-batch

@@ -17,6 +17,10 @@ Two steps, as in verl (``trainer.balance_batch`` and ``use_dynamic_bsz``):
 
 The straggler (the most loaded rank) sets a step's time; :func:`MicroBatches.ranks` keeps
 every rank so a caller can take the max of any cost function over them.
+
+Without packing (``TrainLayout.packing = False``: an engine that batches a micro-batch as a
+padded ``sequences x longest`` tensor, e.g. Hugging Face eager without remove-padding), every
+sequence of a micro-batch computes as many tokens as its longest: ``padded=True`` counts them.
 """
 
 from __future__ import annotations
@@ -67,9 +71,19 @@ class MicroBatches:
         first = np.searchsorted(self.rank_of, np.arange(self.num_ranks + 1))
         return tuple(tuple(mbs[first[r] : first[r + 1]]) for r in range(self.num_ranks))
 
-    def microbatch_tokens(self) -> np.ndarray:
-        """Tokens of each micro-batch."""
-        return np.add.reduceat(self.lengths, self.starts) if self.sizes.size else np.zeros(0, np.int64)
+    def microbatch_tokens(self, padded: bool = False) -> np.ndarray:
+        """Tokens of each micro-batch; ``padded``: each sequence counted at the micro-batch's
+        longest (``sizes x longest``)."""
+        if not self.sizes.size:
+            return np.zeros(0, np.int64)
+        if padded:
+            longest: np.ndarray = self.sizes * self.microbatch_longest()
+            return longest
+        return np.add.reduceat(self.lengths, self.starts)
+
+    def microbatch_longest(self) -> np.ndarray:
+        """The longest sequence of each micro-batch."""
+        return np.maximum.reduceat(self.lengths, self.starts) if self.sizes.size else np.zeros(0, np.int64)
 
     def rank_tokens(self) -> np.ndarray:
         """Tokens per dp rank."""
@@ -78,9 +92,9 @@ class MicroBatches:
     def max_microbatches(self) -> int:
         return int(np.bincount(self.rank_of, minlength=self.num_ranks).max())
 
-    def max_microbatch_tokens(self) -> int:
+    def max_microbatch_tokens(self, padded: bool = False) -> int:
         """Tokens of the largest micro-batch on any rank (what sizes the activation memory)."""
-        return int(self.microbatch_tokens().max())
+        return int(self.microbatch_tokens(padded).max())
 
     def longest_sequence(self) -> int:
         return int(self.lengths.max())

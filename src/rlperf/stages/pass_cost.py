@@ -97,10 +97,14 @@ class MicroBatchShapes:
     pairs: np.ndarray  # sum over sequences of L (L + 1) / 2 (per layer and head)
 
     @classmethod
-    def of(cls, plan: MicroBatches) -> MicroBatchShapes:
-        """Every micro-batch of ``plan``, in its order."""
+    def of(cls, plan: MicroBatches, padded: bool = False) -> MicroBatchShapes:
+        """Every micro-batch of ``plan``, in its order; ``padded``: each sequence as long as the
+        micro-batch's longest ``L`` (``L`` tokens and ``L (L + 1) / 2`` causal pairs each)."""
         if plan.sizes.size == 0:
             return cls(np.zeros(0, np.int64), np.zeros(0))
+        if padded:
+            longest = plan.microbatch_longest().astype(np.float64)
+            return cls(plan.microbatch_tokens(padded=True), plan.sizes * longest * (longest + 1) / 2)
         lengths = plan.lengths.astype(np.float64)
         # Integer-valued pair counts: exact in float64 (and in any order) below 2^53.
         return cls(plan.microbatch_tokens(), np.add.reduceat(lengths * (lengths + 1) / 2, plan.starts))

@@ -3,8 +3,8 @@
 Each optimizer step (one mini-batch) runs, on every dp rank, the forward and backward of its
 micro-batches through the pipeline (:mod:`rlperf.stages.pipeline`: 1F1B/GPipe bubble
 ``(p-1)/(m+p-1)``, interleaved ``(p-1)/(v m+p-1)`` for uniform micro-batches), each micro-batch
-with its tp/cp/ep/pp communication and ZeRO-3 gathers (:mod:`rlperf.stages.pass_cost`). The
-most loaded dp rank sets the step. Then:
+with its tp/cp/ep/pp communication and ZeRO-3 gathers (:mod:`rlperf.stages.pass_cost`), padded
+to its longest sequence without ``layout.packing``. The most loaded dp rank sets the step. Then:
 
 - **gradient reduction** over the data-parallel groups (dense weights over ``dp x cp``, experts
   over ``dp x cp / ep``): ZeRO-3 reduce-scatters after every micro-batch's backward (FSDP without
@@ -119,7 +119,7 @@ def train_step(
     costs = LayoutCosts(model, training_view(cluster), layout, head)
     plans = [microbatches_for(mini, layout) for mini in minis]
     mem = train_memory(
-        model, layout, max(p.max_microbatch_tokens() for p in plans), seq_len=int(seqs.max()),
+        model, layout, max(p.max_microbatch_tokens(not layout.packing) for p in plans), seq_len=int(seqs.max()),
         num_microbatches=max(p.max_microbatches() for p in plans),
     )
     check_fits(mem, cluster.accelerator.hbm_bytes, name)
@@ -193,7 +193,7 @@ def _pipeline(
     once: the straggler's (time, parts of its busiest stage, bubble, each stage's last backward
     compute time); the work of all ranks goes to ``tally``."""
     lay = costs.layout
-    shapes = MicroBatchShapes.of(plan)
+    shapes = MicroBatchShapes.of(plan, padded=not lay.packing)
     times = np.zeros((lay.pp, shapes.tokens.size))
     parts: list[dict[str, np.ndarray]] = []  # per stage: each component, per micro-batch
     bwd_compute: list[np.ndarray] = []

@@ -3,7 +3,8 @@
 :func:`simulate_rollout` dispatches requests to replicas (round-robin by group or least
 loaded), runs continuous batching on each (:mod:`rlperf.stages.rollout_engine`) with the
 closed-form step costs of :mod:`rlperf.stages.rollout_step`, and returns a
-:class:`RolloutResult`. Replicas are advanced by one event heap in time order, so arrivals
+:class:`RolloutResult`. An engine with ``batching="static"`` runs fixed batches instead
+(:mod:`rlperf.stages.rollout_static`). Replicas are advanced by one event heap in time order, so arrivals
 (streaming, async RL), least-loaded dispatch and early stops see a consistent global clock.
 
 Cost grows with the number of requests: each request causes O(1) events (admission, join,
@@ -18,6 +19,7 @@ import heapq
 import math
 from itertools import chain
 from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -26,7 +28,7 @@ from rlperf.errors import SpecError
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout, check_engine_layout
-from rlperf.stages.rollout_engine import Book, Replica
+from rlperf.stages.rollout_engine import Book, Replica, ReplicaStats
 from rlperf.stages.rollout_requests import RolloutOptions, RolloutRequests
 from rlperf.stages.rollout_runout import run_out
 from rlperf.stages.rollout_result import (
@@ -35,6 +37,7 @@ from rlperf.stages.rollout_result import (
     low_occupancy_s,
     tail_after_fraction_s,
 )
+from rlperf.stages.rollout_static import StaticReplica, run_static
 from rlperf.stages.rollout_step import StepModel
 
 __all__ = [
@@ -79,6 +82,11 @@ def simulate_rollout(
     )
     _check_fits(requests, target, cap)
     step = StepModel.build(model, cluster, layout, opts.cuda_graphs)
+    if layout.batching == "static":
+        _check_static(opts)
+        reps = [StaticReplica(r) for r in range(layout.replicas)]
+        out = run_static(step, requests, target, layout.max_num_seqs, cap, reps, _dispatcher(requests, opts, reps))
+        return _result(step, layout, requests, target, out.stats, out.finish_s, target, out.replica_of, math.inf)
     book = Book(
         requests.prompt_tokens.tolist(),
         requests.response_tokens.tolist(),
@@ -100,7 +108,9 @@ def simulate_rollout(
     ]
     replica_of = np.full(requests.num_requests, -1, np.int64)
     t_stop = _drive(replicas, book, requests, opts, replica_of)
-    return _result(step, layout, requests, target, book, replicas, replica_of, t_stop)
+    stats = [r.stats for r in replicas]
+    return _result(step, layout, requests, target, stats, np.array(book.finish_s), np.array(book.generated, np.int64),
+                   replica_of, t_stop)
 
 
 # ---------------------------------------------------------------------- validation
@@ -116,6 +126,13 @@ def _check_inputs(model: ModelSpec, cluster: Cluster, layout: EngineLayout) -> N
             f"{layout.max_num_batched_tokens} is below max_num_seqs ({layout.max_num_seqs})",
             f">= {layout.max_num_seqs}",
         )
+
+
+def _check_static(opts: RolloutOptions) -> None:
+    for name in ("time_limit_s", "stop_after_num_finished"):
+        if getattr(opts, name) is not None:
+            raise SpecError(f"options.{name}", "a static-batching engine runs whole batches and cannot stop early",
+                            "engine.batching: continuous")
 
 
 def _targets(requests: RolloutRequests, opts: RolloutOptions) -> np.ndarray:
@@ -139,9 +156,18 @@ def _check_fits(requests: RolloutRequests, target: np.ndarray, cap: int) -> None
 
 
 # ---------------------------------------------------------------------- the event loop
-def _dispatcher(
-    requests: RolloutRequests, opts: RolloutOptions, replicas: list[Replica]
-) -> Callable[[int], Replica]:
+class _Dispatchable(Protocol):
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def load(self) -> int: ...
+
+
+R = TypeVar("R", bound=_Dispatchable)
+
+
+def _dispatcher(requests: RolloutRequests, opts: RolloutOptions, replicas: list[R]) -> Callable[[int], R]:
     """Return ``choose(i) -> replica`` for request ``i``; groups stay on one replica."""
     groups = requests.group_id
     if opts.dispatch == "round_robin":
@@ -149,9 +175,9 @@ def _dispatcher(
         rank = {int(groups[j]): k for k, j in enumerate(np.sort(first))}
         num = len(replicas)
         return lambda i: replicas[rank[int(groups[i])] % num]
-    home: dict[int, Replica] = {}
+    home: dict[int, R] = {}
 
-    def least_loaded(i: int) -> Replica:
+    def least_loaded(i: int) -> R:
         g = int(groups[i])
         r = home.get(g)
         if r is None:
@@ -275,19 +301,18 @@ def _result(
     layout: EngineLayout,
     requests: RolloutRequests,
     target: np.ndarray,
-    book: Book,
-    replicas: list[Replica],
+    stats: list[ReplicaStats],
+    finish: np.ndarray,
+    generated: np.ndarray,
     replica_of: np.ndarray,
     t_stop: float,
 ) -> RolloutResult:
-    finish = np.array(book.finish_s)
-    generated = np.array(book.generated, np.int64)
     finished = generated == requests.response_tokens
-    rep_finish = np.array([r.stats.last_end_s for r in replicas])
+    rep_finish = np.array([s.last_end_s for s in stats])
     makespan = t_stop if t_stop < math.inf else float(max(rep_finish.max(), 0.0))
     crit = int(np.argmax(rep_finish))
-    crit_segs = replicas[crit].stats.segments
-    segments = tuple(chain.from_iterable(r.stats.segments for r in replicas))
+    crit_segs = stats[crit].segments
+    segments = tuple(chain.from_iterable(s.segments for s in stats))
     depth, decode_depth = _depth(step, requests, target, layout.max_num_batched_tokens)
     gpus = layout.gpus_per_replica
     return RolloutResult(
@@ -297,12 +322,12 @@ def _result(
         generated_tokens=generated,
         finished=finished,
         replica_of=replica_of,
-        replica_busy_s=np.array([r.stats.busy_s for r in replicas]),
+        replica_busy_s=np.array([s.busy_s for s in stats]),
         replica_finish_s=rep_finish,
-        num_prefill_tokens=sum(r.stats.prefill_tokens for r in replicas),
-        num_decode_tokens=sum(r.stats.decode_tokens for r in replicas),
-        num_steps=sum(r.stats.num_steps for r in replicas),
-        num_preemptions=sum(r.stats.preemptions for r in replicas),
+        num_prefill_tokens=sum(s.prefill_tokens for s in stats),
+        num_decode_tokens=sum(s.decode_tokens for s in stats),
+        num_steps=sum(s.num_steps for s in stats),
+        num_preemptions=sum(s.preemptions for s in stats),
         tail_s=tail_after_fraction_s(finish, makespan),
         critical_replica=crit,
         below_25pct_slots_s=low_occupancy_s(
@@ -311,9 +336,9 @@ def _result(
         below_10pct_slots_s=low_occupancy_s(
             crit_segs, rep_finish[crit], 0.10 * layout.max_num_seqs
         ),
-        total_flops=sum(r.stats.flops for r in replicas),
-        total_hbm_bytes=sum(r.stats.bytes_per_gpu for r in replicas) * layout.tp,
-        work_s=sum(r.stats.roofline_s for r in replicas) * gpus,
+        total_flops=sum(s.flops for s in stats),
+        total_hbm_bytes=sum(s.bytes_per_gpu for s in stats) * layout.tp,
+        work_s=sum(s.roofline_s for s in stats) * gpus,
         depth_s=depth,
         decode_depth_s=decode_depth,
         num_gpus=layout.num_gpus,

@@ -22,7 +22,6 @@ Recompute = Literal["none", "selective", "full"]
 PipelineSchedule = Literal["1f1b", "interleaved", "gpipe"]
 ContextParallel = Literal["ring", "ulysses"]
 Batching = Literal["continuous", "static"]
-Batching = Literal["continuous", "static"]
 
 
 class TrainLayout(Spec):
@@ -81,12 +80,6 @@ class EngineLayout(Spec):
     max_num_seqs: int = Field(default=256, gt=0)
     max_num_batched_tokens: int = Field(default=8192, gt=0)  # chunked-prefill token budget per step
     prefix_sharing: bool = True  # a prompt's KV is computed once and shared by its group's samples
-    # continuous: vLLM/SGLang (free slots are refilled every step, chunked prefill, preemption);
-    # static: fixed batches of max_num_seqs requests in dispatch order, prompts padded to the
-    # batch's longest, each batch running until its longest response ends (HF generate,
-    # TRT-LLM static micro-batches in NeMo-Aligner, DeepSpeed-Chat's hybrid engine);
-    # prefix_sharing and max_num_batched_tokens apply to continuous batching only
-    batching: Batching = "continuous"
     # continuous: vLLM/SGLang (free slots are refilled every step, chunked prefill, preemption);
     # static: fixed batches of max_num_seqs requests in dispatch order, prompts padded to the
     # batch's longest, each batch running until its longest response ends (HF generate,

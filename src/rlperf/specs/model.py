@@ -258,6 +258,36 @@ class ModelSpec(Spec):
         return b.total - b.experts + active_experts
 
     @cached_property
+    def num_weight_tensors(self) -> int:
+        """Weight tensors of the checkpoint layout: what a tensor-by-tensor weight sync sends
+        (verl gathers, broadcasts and ``load_weights`` each one). One tensor per projection,
+        bias and norm as ``transformers`` builds them, except routed experts: the checkpoint (and
+        vLLM) keeps a gate, up and down projection per expert, where transformers 5 fuses each
+        layer's experts into two 3-D tensors (``experts.gate_up_proj``, ``experts.down_proj``).
+        Empty tensors (a shared MLP of width 0, which transformers still builds) are not counted."""
+        m = self.moe
+        per_layer_attn = 4 + (3 if self.qkv_bias else 0) + (2 if self.qk_norm else 0)
+        if self.mla is not None:
+            lora = self.mla.q_lora_rank is not None  # q_a_proj, q_a_layernorm, q_b_proj vs q_proj
+            per_layer_attn = (3 if lora else 1) + 3 + 1  # q; kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj; o
+            per_layer_attn += ((1 if lora else 0) + 1) if self.qkv_bias else 0  # on the down-projections
+        per_layer_attn += 1 if self.o_bias else 0
+        mlp = 3 + (3 if self.mlp_bias else 0)
+        total = 3 if not self.tie_word_embeddings else 2  # embedding, final norm, LM head
+        for i in range(self.num_layers):
+            total += 2 + per_layer_attn  # two norms
+            if m is not None and self.is_moe_layer(i):
+                total += 1 + 3 * m.num_experts  # router
+                if m.shared_intermediate_size:
+                    total += mlp
+                elif self.mlp_bias:  # a width-0 shared MLP (built, empty) keeps its down bias
+                    total += 1
+                total += 1 if m.shared_expert_gate else 0
+            else:
+                total += mlp
+        return total
+
+    @cached_property
     def matmul_params_per_token(self) -> int:
         """Weights that multiply each token in a forward pass: attention and MLP projections of
         the active experts, routers and the LM head (counted even when tied). Biases, norms and

@@ -87,3 +87,21 @@ def test_engine_wake_reloads_its_weights_over_pcie() -> None:
     w = inference_memory(QWEN7B, engine, NODES2.accelerator.hbm_bytes).weights_bytes
     assert cost.time_s == pytest.approx(w / NODES2.accelerator.pcie_bandwidth_bytes_per_s)
     assert cost.num_gpus == 16
+
+
+@pytest.mark.parametrize("per_tensor_s", [0.0, 4e-4, 1.5e-3])
+def test_tensor_by_tensor_sync_pays_the_profile_cost_per_checkpoint_tensor(per_tensor_s: float) -> None:
+    """Both syncs add weight_sync_tensor_overhead_s x num_weight_tensors to what the bytes take;
+    an MoE model pays for every expert's tensors (Qwen3-30B-A3B: 18,867 of them)."""
+    prof = NODES2.profile.model_copy(update={"weight_sync_tensor_overhead_s": per_tensor_s})
+    slow = NODES2.model_copy(update={"profile": prof})
+    moe = load_model("Qwen3-30B-A3B")
+    args = (TrainLayout(dp=4, tp=2, zero_stage=1), EngineLayout(tp=2, replicas=4))
+    for model in (QWEN7B, moe):
+        for sync in (broadcast_disaggregated, reshard_colocated):
+            base, cost = sync(model, NODES2, *args), sync(model, slow, *args)
+            extra = model.num_weight_tensors * per_tensor_s
+            assert cost.time_s == pytest.approx(base.time_s + extra)
+            assert cost.component("per_tensor") == pytest.approx(extra)
+            assert cost.work_s == base.work_s  # host time, not device work
+            _single_chain(cost)

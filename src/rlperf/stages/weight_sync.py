@@ -24,6 +24,15 @@ not work), so ``lower_bound_s() == time_s``.
     ``n / (NIC x efficiency)`` plus one latency per hop (:func:`rlperf.cost.collectives.broadcast`).
     The sending trainer GPU first gathers its shard from the training layout as in (a); as in
     verl's tensor-by-tensor sync, gather and broadcast alternate per tensor and are not overlapped.
+
+(a) and (b) also pay a host-side cost per weight tensor when the profile sets one
+(``weight_sync_tensor_overhead_s`` x :attr:`ModelSpec.num_weight_tensors`, the checkpoint
+layout's tensors): verl's default sync goes tensor by tensor, and each tensor costs a gather,
+a send and the engine's ``load_weights`` call, whatever its size. verl's own sync times follow
+the tensor count, not the bytes (0.12 s for Qwen2.5-Math-7B's ~340 tensors, 15.8 s for
+Qwen3-30B-A3B's ~18.9k, 58.6 s for Qwen3-235B-A22B's ~37k: 0.35-1.6 ms per tensor, where the
+bytes take 0.01-1.4 s). No profile ships a figure (it is the framework's, not the hardware's):
+``rlperf validate --calibrate`` fits one on the calibration split.
 (c) :func:`offload_states` / :func:`engine_sleep` -- model states cross PCIe between phases:
     verl's ``param_offload`` / ``optimizer_offload`` (weights, gradients and optimizer states of
     a training layout, sizes from :func:`rlperf.cost.memory.train_memory`), and vLLM's sleep
@@ -83,6 +92,11 @@ def _gather_to_engine(
     return cost.time_s, cost.bytes_sent_per_rank, g
 
 
+def _per_tensor_s(model: ModelSpec, cluster: Cluster) -> float:
+    """Host-side cost of going tensor by tensor: the profile's figure per checkpoint tensor."""
+    return model.num_weight_tensors * (cluster.profile.weight_sync_tensor_overhead_s or 0.0)
+
+
 def _copy_in(cluster: Cluster, params: float, dtype: str) -> tuple[float, float]:
     """(time, HBM bytes) of writing a shard into the engine's buffers: one read, one write."""
     op = elementwise(cluster, 2 * params * bytes_per(dtype))
@@ -107,13 +121,14 @@ def reshard_colocated(
     gather_s, sent, _ = _gather_to_engine(model, cluster, layout, engine, gather_full_model)
     shard = _engine_shard_params(model, engine)
     copy_s, copy_bytes = _copy_in(cluster, shard, engine.dtype)
-    time_s = gather_s + copy_s
+    tensors_s = _per_tensor_s(model, cluster)
+    time_s = gather_s + copy_s + tensors_s
     work = (copy_s - cluster.profile.kernel_launch_s) * engine.num_gpus
     return StageCost(
         name=name, time_s=time_s, num_gpus=num_gpus, work_s=max(work, 0.0), depth_s=time_s,
         hbm_bytes=copy_bytes * engine.num_gpus, comm_bytes=sent * layout.world_size,
         peak_memory_bytes=shard * bytes_per(engine.dtype),
-        breakdown=tuple((k, v) for k, v in (("gather", gather_s), ("copy", copy_s)) if v > 0),
+        breakdown=tuple((k, v) for k, v in (("gather", gather_s), ("copy", copy_s), ("per_tensor", tensors_s)) if v > 0),
     )
 
 
@@ -141,7 +156,8 @@ def broadcast_disaggregated(
     group = CommGroup(size=size, ranks_per_node=size if cluster.num_nodes == 1 else per_node)
     bcast = broadcast(cluster, shard_bytes, group)
     copy_s, copy_bytes = _copy_in(cluster, shard, engine.dtype)
-    time_s = gather_s + bcast.time_s + copy_s
+    tensors_s = _per_tensor_s(model, cluster)
+    time_s = gather_s + bcast.time_s + copy_s + tensors_s
     streams = engine.gpus_per_replica
     work = (copy_s - cluster.profile.kernel_launch_s) * engine.num_gpus
     return StageCost(
@@ -150,7 +166,9 @@ def broadcast_disaggregated(
         comm_bytes=gather_sent * layout.world_size + bcast.bytes_sent_per_rank * (size - 1) * streams,
         peak_memory_bytes=shard_bytes,
         breakdown=tuple(
-            (k, v) for k, v in (("gather", gather_s), ("broadcast", bcast.time_s), ("copy", copy_s)) if v > 0
+            (k, v)
+            for k, v in (("gather", gather_s), ("broadcast", bcast.time_s), ("copy", copy_s), ("per_tensor", tensors_s))
+            if v > 0
         ),
     )
 

@@ -199,25 +199,29 @@ def test_scale_profile_caps_fractions_and_scales_dtype_table() -> None:
     from rlperf.specs.hardware_catalog import load_profile
 
     p = load_profile("H100")
-    s = scale_profile(p, {"decode": 2.0, "compute": 0.5})
+    s = scale_profile(p, {"decode": 2.0, "compute": 0.5, "engine_step": 3e-3})
     assert s.decode_hbm_efficiency == 1.0  # capped
     assert s.matmul_efficiency == pytest.approx(p.matmul_efficiency * 0.5)
     assert s.attention_efficiency == pytest.approx(p.attention_efficiency * 0.5)
     assert all(s.matmul_efficiency_by_dtype[k] == pytest.approx(v * 0.5) for k, v in p.matmul_efficiency_by_dtype.items())
     assert s.hbm_efficiency == p.hbm_efficiency  # not a calibrated field
+    assert p.engine_step_overhead_s is None and s.engine_step_overhead_s == 3e-3  # a set parameter
 
 
 def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A synthetic model: case "gen" is off by 0.8 / decode, case "upd" by 1.15 / compute."""
+    """A synthetic model: case "gen" is off by 0.8 / decode, case "upd" by 1.15 / compute, case
+    "sync" (lengths not used) by 0.5 + 500 s x the per-tensor sync cost; nothing depends on the
+    engine step overhead, which stays at its neutral 0."""
     import rlperf.calibration as cal
     from rlperf.specs.hardware_catalog import load_profile
 
     cases = (_case(id="gen", source_url="https://example.org/d", lengths="published"),
              _case(id="upd", source_url="https://example.org/e", lengths="published"),
              _case(id="assumed", source_url="https://example.org/e"),
+             _case(id="sync", source_url="https://example.org/e", lengths="not_used"),
              _case(id="held", source_url="https://example.org/a", lengths="published"))
     cf = load_cases(_write(tmp_path, _file(*cases)), check=False)
-    assert [c.split for c in cf.cases] == ["calibration", "calibration", "calibration", "holdout"]
+    assert [c.split for c in cf.cases] == ["calibration"] * 4 + ["holdout"]
     seen_ids: set[str] = set()
 
     def fake_run(cases, scale=(), jobs=1, profile_path=None):  # type: ignore[no-untyped-def]
@@ -225,23 +229,26 @@ def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch:
         out = []
         for c in cases:
             seen_ids.add(c.id)
-            off = 0.8 / f.get("decode", 1.0) if c.id == "gen" else 1.15 / f.get("compute", 1.0)
+            off = {"gen": 0.8 / f.get("decode", 1.0), "upd": 1.15 / f.get("compute", 1.0),
+                   "sync": 0.5 + 500 * f.get("sync_tensor", 0.0)}[c.id]
             out.append(_r(c.spec.measured, c.spec.measured * off, split=c.split))
         return tuple(out)
 
     monkeypatch.setattr(cal, "run_cases", fake_run)
     res = cal.fit(cf.cases)
-    assert res.factor_map == {"compute": 1.15, "decode": 0.8}
+    assert res.factor_map == {"compute": 1.15, "decode": 0.8, "engine_step": 0.0, "sync_tensor": 1e-3}
     assert res.objective_after == pytest.approx(0.0, abs=1e-12)
     assert res.objective_before > 0.1
-    assert res.num_cases == 2
-    assert seen_ids == {"gen", "upd"}  # neither the hold-out nor assumed-length cases enter the fit
+    assert res.num_cases == 3
+    assert seen_ids == {"gen", "upd", "sync"}  # neither the hold-out nor assumed-length cases enter the fit
     path = cal.write_profile(tmp_path / "prof.yaml", res)
     loaded = load_profile("H100", path)
     shipped = load_profile("H100")
     assert loaded.decode_hbm_efficiency == pytest.approx(shipped.decode_hbm_efficiency * 0.8, abs=1e-4)
     assert loaded.matmul_efficiency == pytest.approx(min(1.0, shipped.matmul_efficiency * 1.15), abs=1e-4)
     assert loaded.hbm_efficiency == shipped.hbm_efficiency
+    assert loaded.weight_sync_tensor_overhead_s == 1e-3 and loaded.engine_step_overhead_s == 0.0
+    assert cal.describe(res.factors) == "compute x1.15, decode x0.8, engine_step = 0 ms, sync_tensor = 1 ms"
 
 
 # ---------------------------------------------------------------------------- CLI

@@ -1,26 +1,35 @@
-"""Calibration of generic efficiency parameters against the validation cases, with a hold-out.
+"""Calibration of generic parameters against the validation cases, with a hold-out.
 
-What is fitted: two *generic* factors, each scaling a group of HardwareProfile fields of every
-accelerator (the shipped per-accelerator values keep their ratios; nothing is per case):
+What is fitted: four *generic* parameters of the HardwareProfile of **every** accelerator
+(nothing is per case or per accelerator):
 
-- ``decode``: ``decode_hbm_efficiency`` (how close the rollout's decode steps get to HBM
+- ``decode`` scales ``decode_hbm_efficiency`` (how close the rollout's decode steps get to HBM
   bandwidth: engine and kernel quality);
-- ``compute``: ``matmul_efficiency``, ``matmul_efficiency_by_dtype``, ``attention_efficiency``
-  and ``train_mfu_cap`` (how close prefill, forward and training passes get to peak FLOP/s).
+- ``compute`` scales ``matmul_efficiency``, ``matmul_efficiency_by_dtype``,
+  ``attention_efficiency`` and ``train_mfu_cap`` (how close prefill, forward and training
+  passes get to peak FLOP/s). Scaled fractions keep their per-accelerator ratios and are capped
+  at 1;
+- ``engine_step`` sets ``engine_step_overhead_s``: the rollout engine's host-side cost per
+  step (scheduler, sampler bookkeeping, output processing), one value for every engine;
+- ``sync_tensor`` sets ``weight_sync_tensor_overhead_s``: the cost per checkpoint tensor of a
+  tensor-by-tensor weight sync.
 
-A fraction scaled above 1 is capped at 1.
+The two ``set`` parameters have no shipped value (no published figure): their neutral point is
+0 (nothing added).
 
 On what: the cases on the ``calibration`` side of
 :func:`rlperf.validation_cases.calibration_split` (decided by the source document, fixed before
-any error was seen) whose response lengths the source publishes (``lengths: published``). Where
-the lengths are assumed, the error is dominated by the length assumption (most of those measured
-times lie below the assumed scenario's work-depth bound), and a fit there would turn a workload
-error into an efficiency. The ``holdout`` cases never enter the fit; their error is reported
-apart, for all of them.
+any error was seen) whose response lengths the source publishes (``lengths: published``) or
+that do not depend on them (``not_used``: weight-sync times). Where the lengths are assumed, the
+error is dominated by the length assumption (most of those measured times lie below the assumed
+scenario's work-depth bound), and a fit there would turn a workload error into an efficiency.
+The ``holdout`` cases never enter the fit; their error is reported apart, for all of them.
 
-How: coordinate descent over a fixed grid of factors (:data:`FACTORS`), minimizing the median
-of ``|ln(predicted / measured)|`` over the calibration cases (robust to a few cases the model
-cannot express; symmetric in over- and under-prediction). Ties keep the factor closest to 1.
+How: coordinate descent over a fixed grid per parameter, minimizing the **mean** of
+``|ln(predicted / measured)|`` over the fit cases (an L1 loss: symmetric in over- and
+under-prediction, and every case counts, so a parameter that moves only a few cases, as the
+per-tensor sync cost does, is still identified; the median of an earlier version ignored them).
+Ties keep the value closest to the neutral one.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import yaml
@@ -38,39 +47,85 @@ from rlperf.specs.hardware import HardwareProfile
 from rlperf.validate import CaseResult, ProfileScale, run_cases
 from rlperf.validation_cases import ValidationCase
 
-GROUPS: dict[str, tuple[str, ...]] = {
-    "decode": ("decode_hbm_efficiency",),
-    "compute": ("matmul_efficiency", "matmul_efficiency_by_dtype", "attention_efficiency", "train_mfu_cap"),
-}
-"""Calibration parameter -> the HardwareProfile fields it scales."""
+@dataclass(frozen=True)
+class Param:
+    """A calibration parameter: ``scale`` multiplies the shipped fields (neutral 1), ``set``
+    gives them one value (neutral 0: the fields have no shipped value, nothing is added)."""
+
+    kind: Literal["scale", "set"]
+    fields: tuple[str, ...]
+    grid: tuple[float, ...]
+
+    @property
+    def neutral(self) -> float:
+        return 1.0 if self.kind == "scale" else 0.0
+
+    def describe(self, name: str, value: float) -> str:
+        return f"{name} x{value:g}" if self.kind == "scale" else f"{name} = {value * 1e3:g} ms"
+
 
 FACTORS: tuple[float, ...] = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.15, 1.3)
-"""Grid searched for every factor (a fraction scaled above 1 is capped at 1)."""
+"""Grid searched for every scale factor (a fraction scaled above 1 is capped at 1)."""
 
-FIT_LENGTHS: tuple[str, ...] = ("published",)
+PARAMS: dict[str, Param] = {
+    "decode": Param("scale", ("decode_hbm_efficiency",), FACTORS),
+    "compute": Param(
+        "scale", ("matmul_efficiency", "matmul_efficiency_by_dtype", "attention_efficiency", "train_mfu_cap"), FACTORS
+    ),
+    # Seconds per engine step: 0 to 8 ms (vLLM's v0.5.3 spent ~29% of a Llama-3-8B run's time
+    # scheduling, i.e. milliseconds per ~10-30 ms step; the grid spans "none" to "dominant").
+    "engine_step": Param("set", ("engine_step_overhead_s",), (0.0, 0.5e-3, 1e-3, 2e-3, 3e-3, 4e-3, 6e-3, 8e-3)),
+    # Seconds per checkpoint tensor: 0 to 2 ms (verl's own syncs: 0.35-1.6 ms per tensor).
+    "sync_tensor": Param(
+        "set", ("weight_sync_tensor_overhead_s",), (0.0, 0.1e-3, 0.2e-3, 0.4e-3, 0.7e-3, 1e-3, 1.5e-3, 2e-3)
+    ),
+}
+"""Calibration parameter -> how it changes which HardwareProfile fields, and its grid."""
+
+GROUPS: dict[str, tuple[str, ...]] = {name: p.fields for name, p in PARAMS.items()}
+"""Calibration parameter -> the HardwareProfile fields it changes."""
+
+FIT_LENGTHS: tuple[str, ...] = ("published", "not_used")
 """Which cases (by Case.lengths) of the calibration split enter the fit."""
 
 
 def fit_cases(cases: Sequence[ValidationCase]) -> list[ValidationCase]:
-    """The cases the fit uses: calibration split, response lengths published."""
+    """The cases the fit uses: calibration split, response lengths published or not used."""
     return [c for c in cases if c.split == "calibration" and c.spec.lengths in FIT_LENGTHS]
 
 
 def scale_profile(profile: HardwareProfile, factors: Mapping[str, float]) -> HardwareProfile:
-    """``profile`` with every field of each group multiplied by the group's factor (capped at 1)."""
+    """``profile`` with each parameter applied: a ``scale`` multiplies its fields (fractions
+    capped at 1), a ``set`` gives them its value."""
     update: dict[str, Any] = {}
-    for group, f in factors.items():
-        for name in GROUPS[group]:
-            value = getattr(profile, name)
-            if isinstance(value, dict):
-                update[name] = {k: min(1.0, v * f) for k, v in value.items()}
+    for name, f in factors.items():
+        param = PARAMS[name]
+        for field in param.fields:
+            value = getattr(profile, field)
+            if param.kind == "set":
+                update[field] = f
+            elif isinstance(value, dict):
+                update[field] = {k: min(1.0, v * f) for k, v in value.items()}
             else:
-                update[name] = min(1.0, value * f)
+                update[field] = min(1.0, value * f)
     return profile.model_copy(update=update)
 
 
 def as_scale(factors: Mapping[str, float]) -> ProfileScale:
-    return tuple(sorted((k, float(v)) for k, v in factors.items() if v != 1.0))
+    """The parameters away from their neutral value, sorted (a simulation cache key)."""
+    return tuple(sorted((k, float(v)) for k, v in factors.items() if v != PARAMS[k].neutral))
+
+
+def describe(factors: Mapping[str, float] | Sequence[tuple[str, float]]) -> str:
+    """``decode x0.5, engine_step = 3 ms``: the fitted values, for tables and file headers."""
+    items = factors.items() if isinstance(factors, Mapping) else factors
+    return ", ".join(PARAMS[k].describe(k, v) for k, v in items)
+
+
+def mean_log_error(results: Sequence[CaseResult]) -> float:
+    """Mean of |ln(predicted / measured)| over the successful cases (the fit's loss)."""
+    errs = [r.log_error for r in results if r.ok]
+    return float(np.mean(errs)) if errs else math.inf
 
 
 def median_log_error(results: Sequence[CaseResult]) -> float:
@@ -80,9 +135,9 @@ def median_log_error(results: Sequence[CaseResult]) -> float:
 
 @dataclass(frozen=True)
 class CalibrationResult:
-    factors: tuple[tuple[str, float], ...]  # group -> fitted factor
+    factors: tuple[tuple[str, float], ...]  # parameter -> fitted value (every parameter)
     num_cases: int  # calibration cases that entered the fit (successful ones)
-    objective_before: float  # median |ln(pred/meas)| with the shipped profiles
+    objective_before: float  # mean |ln(pred/meas)| with the shipped profiles
     objective_after: float
     evaluations: tuple[tuple[tuple[tuple[str, float], ...], float], ...]  # (factors, objective), in order
 
@@ -93,7 +148,7 @@ class CalibrationResult:
 
 def fit(cases: Sequence[ValidationCase], jobs: int = 1, sweeps: int = 2,
         progress: Callable[[dict[str, float], float], None] | None = None) -> CalibrationResult:
-    """Fit the GROUPS factors on :func:`fit_cases` of ``cases`` (coordinate descent on FACTORS)."""
+    """Fit the PARAMS on :func:`fit_cases` of ``cases`` (coordinate descent on their grids)."""
     calib = fit_cases(cases)
     seen: dict[ProfileScale, float] = {}
     order: list[tuple[tuple[tuple[str, float], ...], float]] = []
@@ -101,25 +156,30 @@ def fit(cases: Sequence[ValidationCase], jobs: int = 1, sweeps: int = 2,
     def objective(f: dict[str, float]) -> float:
         key = as_scale(f)
         if key not in seen:
-            seen[key] = median_log_error(run_cases(calib, key, jobs))
+            seen[key] = mean_log_error(run_cases(calib, key, jobs))
             order.append((tuple(sorted(f.items())), seen[key]))
             if progress is not None:
                 progress(dict(f), seen[key])
         return seen[key]
 
-    best = dict.fromkeys(GROUPS, 1.0)
+    best = {name: p.neutral for name, p in PARAMS.items()}
     before = objective(best)
     for _ in range(sweeps):
         changed = False
-        for group in GROUPS:
-            scores = [(objective({**best, group: v}), abs(math.log(v)), v) for v in FACTORS]
+        for name, p in PARAMS.items():
+            scores = [(objective({**best, name: v}), _distance(p, v), v) for v in p.grid]
             _, _, v_best = min(scores)
-            if v_best != best[group]:
-                best[group], changed = v_best, True
+            if v_best != best[name]:
+                best[name], changed = v_best, True
         if not changed:
             break
     ok = sum(1 for r in run_cases(calib, as_scale(best), jobs) if r.ok)
     return CalibrationResult(tuple(sorted(best.items())), ok, before, objective(best), tuple(order))
+
+
+def _distance(p: Param, v: float) -> float:
+    """How far ``v`` is from the parameter's neutral value (ties keep the nearest)."""
+    return abs(math.log(v)) if p.kind == "scale" else v
 
 
 def write_profile(path: str | Path, result: CalibrationResult, note: str = "") -> Path:
@@ -130,7 +190,7 @@ def write_profile(path: str | Path, result: CalibrationResult, note: str = "") -
     from rlperf.specs.hardware_catalog import list_accelerators, load_profile
 
     factors = result.factor_map
-    how = ", ".join(f"{g} x{v:g}" for g, v in result.factors)
+    how = describe(result.factors)
     profiles: dict[str, Any] = {}
     for aid in list_accelerators():
         shipped = load_profile(aid)
@@ -140,7 +200,10 @@ def write_profile(path: str | Path, result: CalibrationResult, note: str = "") -
             for name in GROUPS[group]:
                 value = getattr(scaled, name)
                 src = getattr(shipped, name)
-                if isinstance(value, dict):
+                if PARAMS[group].kind == "set":
+                    entry[name] = {"value": value, "rule": "calibrated",
+                                   "from": "generic value fitted by rlperf validate --calibrate (no shipped figure)"}
+                elif isinstance(value, dict):
                     entry[name] = {k: {"value": round(v, 4), "rule": "calibrated",
                                        "from": f"shipped {src[k]:g} x {f:g} (rlperf validate --calibrate)"}
                                    for k, v in value.items()}
@@ -150,8 +213,8 @@ def write_profile(path: str | Path, result: CalibrationResult, note: str = "") -
         profiles[aid] = entry
     header = (
         "# rlperf hardware profiles calibrated by `rlperf validate --calibrate`.\n"
-        f"# Generic factors ({how}) fitted on {result.num_cases} calibration-split cases with published\n"
-        "# response lengths; median |ln(pred/meas)|"
+        f"# Generic parameters ({how}) fitted on {result.num_cases} calibration-split cases with published\n"
+        "# (or unused) response lengths; mean |ln(pred/meas)|"
         f" {result.objective_before:.3f} -> {result.objective_after:.3f}. {note}\n"
         "# Use with cluster.profile: <this file> or `rlperf validate --profile <this file>`.\n"
     )

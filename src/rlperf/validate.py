@@ -23,6 +23,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,8 @@ from rlperf.validation_cases import (
 )
 
 ProfileScale = tuple[tuple[str, float], ...]
-"""(HardwareProfile field, factor) pairs applied to every accelerator's profile (calibration)."""
+"""(calibration parameter, value) pairs applied to every accelerator's profile
+(:func:`rlperf.calibration.scale_profile`)."""
 
 
 @dataclass(frozen=True)
@@ -275,15 +277,15 @@ def _value(metric: Metric, s: SimSummary) -> float:
 
 def predict(case: ValidationCase, sims: Mapping[str, SimSummary | str], profile_path: str | None = None) -> CaseResult:
     m = case.spec.metric
-    common = dict(id=case.id, metric=m.kind, label=m.label, split=case.split, lengths=case.spec.lengths,
-                  source_url=case.spec.source_url, measured=case.spec.measured)
+    result = partial(CaseResult, id=case.id, metric=m.kind, label=m.label, split=case.split,
+                     lengths=case.spec.lengths, source_url=case.spec.source_url, measured=case.spec.measured)
     got = sims[scenario_key(with_profile_file(case.scenario, profile_path))]
     base: SimSummary | str | None = None
     if case.baseline is not None:
         base = sims[scenario_key(with_profile_file(case.baseline, profile_path))]
     for what, s in (("scenario", got), ("baseline", base)):
         if isinstance(s, str):
-            return CaseResult(**common, predicted=math.nan, failure=f"{what}: {s}")
+            return result(predicted=math.nan, failure=f"{what}: {s}")
     assert isinstance(got, SimSummary)
     try:
         value = _value(m, got)
@@ -291,13 +293,13 @@ def predict(case: ValidationCase, sims: Mapping[str, SimSummary | str], profile_
             assert isinstance(base, SimSummary)
             value = _value(m, base) / value
     except SpecError as err:
-        return CaseResult(**common, predicted=math.nan, failure=str(err))
+        return result(predicted=math.nan, failure=str(err))
     bound = math.nan
     if m.kind == "step_time_s":
         bound = got.lower_bound_s
     elif m.kind == "stage_time_s":
         bound = got.stage_bound(m.stages)
-    return CaseResult(**common, predicted=float(value), bound=bound)
+    return result(predicted=float(value), bound=bound)
 
 
 def case_keys(cases: Iterable[ValidationCase], profile_path: str | None = None) -> list[str]:

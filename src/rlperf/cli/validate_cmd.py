@@ -75,7 +75,7 @@ def render_skipped(skipped: tuple[object, ...]) -> None:
 @app.command("validate")
 def validate_cmd(
     cases: Path | None = typer.Option(None, "--cases", help="cases file (default: the shipped rlperf/data/validation_cases.yaml)"),
-    calibrate: bool = typer.Option(False, "--calibrate", help="fit the generic efficiency factors on the calibration split and report the hold-out"),
+    calibrate: bool = typer.Option(False, "--calibrate", help="fit the generic profile parameters on the calibration split and report the hold-out"),
     profile: Path | None = typer.Option(None, "--profile", help="hardware profile file applied to every case (e.g. one written by --calibrate)"),
     out: Path = typer.Option(Path("calibrated-profile.yaml"), "--out", help="where --calibrate writes the fitted profile"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON instead of tables"),
@@ -93,10 +93,10 @@ def validate_cmd(
     payload: dict[str, object] = {"uncalibrated" if prof is None else "profile": report.to_dict()}
     fitted = None
     if calibrate:
-        from rlperf.calibration import as_scale, fit, write_profile
+        from rlperf.calibration import as_scale, describe, fit, write_profile
 
         fitted = fit(cf.cases, jobs=n_jobs)
-        label = "calibrated: " + ", ".join(f"{g} x{v:g}" for g, v in fitted.factors)
+        label = "calibrated: " + describe(fitted.factors)
         calibrated = validate(cf, jobs=n_jobs, scale=as_scale(fitted.factor_map), profile_label=label)
         hold = calibrated.stats("step_time_s", "holdout")
         note = f"Hold-out median |error| on step times: {hold.median_abs_error_pct:.0f}% (n = {hold.num_cases})."
@@ -114,8 +114,8 @@ def validate_cmd(
     render_report(report, "as shipped" if prof is None else f"profile {prof}")
     if fitted is not None:
         console.print(
-            f"calibration: {', '.join(f'{g} x{v:g}' for g, v in fitted.factors)} fitted on {fitted.num_cases} "
-            f"calibration-split cases with published response lengths (median |ln(pred/meas)| "
+            f"calibration: {describe(fitted.factors)} fitted on {fitted.num_cases} "
+            f"calibration-split cases with published (or unused) response lengths (mean |ln(pred/meas)| "
             f"{fitted.objective_before:.3f} -> {fitted.objective_after:.3f}); hold-out cases never enter the fit"
         )
         render_report(calibrated, "calibrated")

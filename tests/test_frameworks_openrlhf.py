@@ -153,3 +153,16 @@ def test_errors_name_the_flag() -> None:
         import_openrlhf("--pretrain Qwen/Qwen2.5-7B")
     with pytest.raises(SpecError, match="framework: unknown config kind 'nemo'"):
         load_framework_config("nemo", "x", [])
+
+
+def test_packing_samples_maps_to_packing_and_round_trips() -> None:
+    from rlperf.frameworks.openrlhf_export import export_openrlhf
+
+    args = HYBRID.read_text().replace("--packing_samples", "")
+    padded, rep = load_framework_config("openrlhf", args, [])
+    packed, _ = load_framework_config("openrlhf", HYBRID, [])
+    assert packed.plan.layouts["actor"].packing and not padded.plan.layouts["actor"].packing
+    assert any("padded" in a for a in rep.assumptions)
+    for spec in (padded, packed):
+        again, _ = load_framework_config("openrlhf", export_openrlhf(spec).args, [])
+        assert again.plan.layouts["actor"].packing == spec.plan.layouts["actor"].packing

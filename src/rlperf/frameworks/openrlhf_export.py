@@ -200,7 +200,8 @@ def _layout(spec: ScenarioSpec, out: _Out) -> None:
         if lay.recompute == "selective":
             out.missing.append("selective recompute: OpenRLHF checkpoints whole layers; written as full")
     out.set("micro_train_batch_size", lay.micro_batch_size)
-    out.set("packing_samples")
+    if lay.packing:
+        out.set("packing_samples")
     if lay.max_tokens_per_microbatch is not None:
         out.set("use_dynamic_batch")
         out.set("train_max_tokens_per_gpu", lay.max_tokens_per_microbatch)

@@ -304,9 +304,13 @@ class _Importer:
             "micro_batch_size": self.int_("micro_train_batch_size", "micro_batch_size"),
             "max_tokens_per_microbatch": self.int_("train_max_tokens_per_gpu", "max_tokens_per_microbatch") if dyn else None,
             "offload_optimizer": self.flag("adam_offload", "CPU optimizer"),
+            # Without --packing_samples OpenRLHF pads each micro-batch to its longest sequence.
+            "packing": "packing_samples" in self.values,
         }
         if "packing_samples" in self.values:
-            self.rec.map("--packing_samples", self.values["packing_samples"], "packed sequences (rlperf costs no padding)")
+            self.rec.map("--packing_samples", self.values["packing_samples"], "packed sequences (no padding tokens)")
+        else:
+            self.rec.assume("no --packing_samples: micro-batches padded to their longest sequence")
         if "bf16" in self.values:
             self.rec.map("--bf16", True, "bf16 compute")
         layouts: dict[str, Any] = {}

@@ -280,3 +280,13 @@ def test_cli_validate_cases_file_json_table_profile_and_error(tmp_path: Path, ca
     assert ei.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: cases[c1].metric") and "\n" not in err
+
+
+def test_calibration_blocks_cover_every_parameter_once() -> None:
+    from rlperf.calibration import BLOCKS, PARAMS, as_scale
+
+    names = [n for block in BLOCKS for n in block]
+    assert sorted(names) == sorted(PARAMS) and len(names) == len(set(names))
+    for p in PARAMS.values():
+        assert p.neutral in p.grid  # the shipped profile is always a candidate
+    assert as_scale({n: p.neutral for n, p in PARAMS.items()}) == ()  # neutral = no change

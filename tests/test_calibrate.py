@@ -52,6 +52,10 @@ def test_profile_loads_through_the_catalog(cal: Calibration, profile_file: Path)
     assert cal.host_devices == 1
     assert prof.host_memory_bandwidth_bytes_per_s == pytest.approx(acc.hbm_bandwidth_bytes_per_s)
     assert prof.host_adam_bytes_per_s == pytest.approx(min(cal.adam_bytes_per_s, acc.hbm_bandwidth_bytes_per_s))
+    # HF generate's framework cost per step: the engine model adds it to every step
+    assert prof.engine_step_s(4) == pytest.approx(
+        max(0.0, cal.engine_step_s["fixed_s"]) + 4 * max(0.0, cal.engine_step_s["per_layer_s"]))
+    assert prof.engine_step_s(4) > 0
     # fields the calibration does not measure keep the generic profile
     assert prof.inter_node_efficiency == HardwareProfile(accelerator="x").inter_node_efficiency
     cluster = make_cluster("local", num_gpus=1, profile_path=profile_file)

@@ -46,8 +46,9 @@ efficiencies are then relative to those peaks:
   DRAM per GPU; ``host_adam_efficiency``: the host AdamW bytes/s over that best (CPU Adam is
   memory bound, :func:`rlperf.cost.roofline.cpu_adam_params_per_s`);
 
-Also measured but not in any profile field: HF ``generate``'s framework cost per decode step
-(fixed and per layer), which the cost model's engine (vLLM-like, CUDA graphs) does not have.
+- ``engine_step_overhead_s`` and ``engine_layer_overhead_s``: HF ``generate``'s framework cost
+  per decode step of a tiny model, fixed and per layer (1 vs 3 layers), which the engine model
+  adds to every step (the runtime's engine is HF generate).
 
 Collective fields (intra/inter-node) keep the generic values: one device runs no collectives.
 The raw numbers go to the file's ``measurements:`` section, which the profile loader skips.
@@ -284,6 +285,14 @@ class Calibration:
                 "value": _frac(self.host_adam_bytes_per_s / self.host_bandwidth_bytes_per_s),
                 "from": f"torch AdamW on CPU tensors {self.host_adam_bytes_per_s / 1e9:,.2f} GB/s (28 B per fp32 parameter) / "
                         f"host best {self.host_bandwidth_bytes_per_s / 1e9:,.2f} GB/s",
+            },
+            "engine_step_overhead_s": {
+                "value": max(0.0, float(self.engine_step_s["fixed_s"])),
+                "from": "HF generate per decode step of a tiny model (batch 1, 1 vs 3 layers): the fixed part",
+            },
+            "engine_layer_overhead_s": {
+                "value": max(0.0, float(self.engine_step_s["per_layer_s"])),
+                "from": "HF generate per decode step of a tiny model (batch 1, 1 vs 3 layers): the part per layer",
             },
             "source": src,
             "measurements": self.measurements(),

@@ -116,7 +116,9 @@ def unmodelled(profile: str | Path | None, num_layers: int, meas: Measurement) -
     m = data.get("measurements") or {}
     notes: list[str] = []
     eng = m.get("engine_step_s")
-    if isinstance(eng, dict) and "fixed_s" in eng:
+    # Profiles written by calibrate since the engine model gained a per-step term carry the cost as
+    # engine_step_overhead_s: the prediction includes it, so there is nothing to note.
+    if isinstance(eng, dict) and "fixed_s" in eng and "engine_step_overhead_s" not in data:
         per_step = float(eng["fixed_s"]) + num_layers * float(eng["per_layer_s"])
         steps = meas.last.decode_steps
         notes.append(

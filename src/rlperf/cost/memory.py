@@ -28,6 +28,8 @@ the training step, and is the placement layer's business.)
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import math
 from dataclasses import dataclass
 
@@ -59,11 +61,12 @@ _HINTS = {
 
 
 # ---------------------------------------------------------------------------- results
-class _DeviceBytes:
+class _DeviceBytes(ABC):
     """Named device-memory components and their sum."""
 
+    @abstractmethod
     def components(self) -> tuple[tuple[str, float], ...]:
-        raise NotImplementedError
+        """(name, bytes) of every device-memory component."""
 
     @property
     def total_bytes(self) -> float:

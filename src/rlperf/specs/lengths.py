@@ -23,6 +23,8 @@ All lengths are whole tokens, at least 1 and at most ``cap_tokens``.
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import itertools
 import math
 from statistics import NormalDist
@@ -62,21 +64,21 @@ class _LengthBase(Spec):
     # Every kind has ``cap_tokens`` (largest possible length, the truncation cap) and its alias
     # ``max_tokens``; each defines them itself because one of the two is a field in some kinds.
 
+    @abstractmethod
     def mean_tokens(self) -> float:
         """Expected length in tokens."""
-        raise NotImplementedError
 
+    @abstractmethod
     def fraction_at_cap(self) -> float:
         """Probability that a draw equals :attr:`cap_tokens`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def quantile(self, q: float) -> int:
         """Smallest length ``k`` with ``P(length <= k) >= q`` (``q`` in ``[0, 1]``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def from_normal_scores(self, z: Floats) -> Tokens:
         """Map standard-normal scores to lengths: ``quantile(Phi(z))`` elementwise."""
-        raise NotImplementedError
 
     def sample(self, rng: np.random.Generator, n: int) -> Tokens:
         """``n`` independent lengths (int64, each in ``[1, cap_tokens]``)."""

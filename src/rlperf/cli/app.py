@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
             pass
         for exc in modules:
             if isinstance(err, getattr(exc, "NoArgsIsHelpError", ())):  # bare group: show its help
-                print(err.format_message())
+                print(err.format_message())  # type: ignore[attr-defined]
                 raise SystemExit(0) from None
             if isinstance(err, exc.ClickException):
                 print(f"error: {err.format_message()}", file=sys.stderr)

@@ -117,7 +117,7 @@ def matmul_size_factor(profile: HardwareProfile, work_flops: ArrayOrFloat) -> Ar
     w = np.maximum(work_flops, 1e-300)
     floor_w = w_half * (a - 1.0) ** (1.0 / a) if a > 1 else 0.0
     at = np.maximum(w, floor_w)
-    out = 1.0 / (1.0 + (w_half / at) ** a) * (w / at)
+    out: np.ndarray = 1.0 / (1.0 + (w_half / at) ** a) * (w / at)
     return out if isinstance(work_flops, np.ndarray) else float(out)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -129,7 +130,7 @@ class Estimator:
         return self._cached(("sync", plan.layouts["actor"], plan.rollout, gen_gpus, train_gpus, same),  # type: ignore[no-any-return]
                             lambda: costs.weight_sync(gen_gpus, train_gpus, same).time_s)
 
-    def switch(self, plan: Plan, gpus: int, to: str) -> float:
+    def switch(self, plan: Plan, gpus: int, to: Literal["rollout", "train"]) -> float:
         costs = self._costs(plan)
         return self._cached(("switch", plan.layouts["actor"], gpus, to),  # type: ignore[no-any-return]
                             lambda: costs.phase_switch(gpus, to).time_s)

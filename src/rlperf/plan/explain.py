@@ -133,6 +133,6 @@ def simulate_plans(items: Sequence[tuple[Scenario, Plan]], mapper=None) -> list[
 
     m = mapper or local_mapper()
     try:
-        return m(_simulate_one, list(items))  # type: ignore[no-any-return]
+        return m(_simulate_one, list(items))
     except SpecError as err:
         return [str(err)] * len(items)

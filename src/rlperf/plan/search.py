@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from rlperf.errors import SpecError
 from rlperf.plan.estimate import Estimate, Estimator
@@ -123,7 +124,8 @@ def _simulate_one(args: tuple[Scenario, Plan]) -> SimResult | str:
         return str(err)
 
 
-Mapper = Callable[[Callable[[tuple[Scenario, Plan]], SimResult | str], Sequence[tuple[Scenario, Plan]]], list[SimResult | str]]
+# map(fn, items) -> [fn(item) ...], in order: a process pool here, Ray tasks with --executor ray.
+Mapper = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
 
 
 def local_mapper(jobs: int | None = None) -> Mapper:
@@ -213,7 +215,7 @@ def search(
     sizes = gpu_counts(sc)
     if progress:
         progress(f"estimating plans on {', '.join(map(str, sizes))} GPUs", 0, 2)
-    per_size: list[_SizeSearch] = mapper(_search_size, [(sc, g, opts) for g in sizes])  # type: ignore[arg-type]
+    per_size: list[_SizeSearch] = mapper(_search_size, [(sc, g, opts) for g in sizes])
     rejected = [r for ps in per_size for r in ps.rejected]
     items: list[tuple[Scenario, str, Plan, Estimate | None, str]] = []
     for ps in per_size:

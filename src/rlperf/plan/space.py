@@ -184,7 +184,7 @@ def enumerate_candidates(sc: Scenario, opts: SearchOptions) -> Iterator[Candidat
                         "mode": mode,
                     })
                     label = (f"{plabel} | gen tp{eng.tp} | train tp{lay.tp} pp{lay.pp} cp{lay.cp}"
-                             f" mb{lay.max_tokens_per_microbatch // 1024}k | {mlabel}")
+                             f" mb{(lay.max_tokens_per_microbatch or 0) // 1024}k | {mlabel}")
                     yield Candidate(plan, label)
 
 

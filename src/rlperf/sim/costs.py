@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import Literal
 
 import numpy as np
 
@@ -110,7 +111,7 @@ class AnalyticCosts:
         from rlperf.stages.forward import forward_pass
 
         lay = self._train_layout(role, gpus)
-        head = "value" if role == "critic" else "logprobs"
+        head: Literal["logprobs", "value"] = "value" if role == "critic" else "logprobs"
         return forward_pass(self.sc.models[role], self.cluster(lay.world_size), lay, seq_tokens, name=name, head=head)
 
     def train(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str) -> StageCost:
@@ -148,7 +149,7 @@ class AnalyticCosts:
             return ws.reshard_colocated(actor, self.cluster(train_gpus), lay, engine)
         return ws.broadcast_disaggregated(actor, self.cluster(rollout_gpus + train_gpus), lay, engine)
 
-    def phase_switch(self, gpus: int, to: str) -> StageCost:
+    def phase_switch(self, gpus: int, to: Literal["rollout", "train"]) -> StageCost:
         from rlperf.stages import weight_sync as ws
 
         lay = self._train_layout("actor", gpus)

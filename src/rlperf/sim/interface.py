@@ -8,7 +8,7 @@ costs and check scheduling invariants exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -59,7 +59,7 @@ class StageCosts(Protocol):
 
     def weight_sync(self, rollout_gpus: int, train_gpus: int, same_pool: bool) -> StageCost: ...
 
-    def phase_switch(self, gpus: int, to: str) -> StageCost: ...
+    def phase_switch(self, gpus: int, to: Literal["rollout", "train"]) -> StageCost: ...
 
     def min_gpus(self, key: str) -> int: ...
 

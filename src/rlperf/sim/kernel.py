@@ -16,6 +16,7 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,9 @@ class Kernel:
         self.free = dict(pools)
         self.now = 0.0
         self._seq = 0
-        self._heap: list[tuple[float, int, str, object]] = []
+        # (time, sequence, kind, data): kind "release" -> (pool, gpus), "event" -> name,
+        # "finish" -> (task, GPUs to give back per pool).
+        self._heap: list[tuple[float, int, str, Any]] = []
         self.fired: dict[str, float] = {}
         self._waiting: list[Task] = []
         self.done: list[Task] = []
@@ -83,7 +86,7 @@ class Kernel:
     def task(self, name: str) -> Task:
         return self._by_name[name]
 
-    def _push(self, t: float, kind: str, data: object) -> None:
+    def _push(self, t: float, kind: str, data: Any) -> None:
         heapq.heappush(self._heap, (t, self._seq, kind, data))
         self._seq += 1
 
@@ -127,16 +130,16 @@ class Kernel:
                 break
             self.now = t
             if kind == "release":
-                pool, g = data  # type: ignore[misc]
-                self.free[pool] += g
+                pool, gpus = data
+                self.free[pool] += gpus
             elif kind == "event":
                 self.fired.setdefault(str(data), t)
             else:
-                task, rest = data  # type: ignore[misc]
+                finished, rest = data
                 for p, g in rest.items():
                     self.free[p] += g
-                self.fired[task.name] = t
-                self.done.append(task)
+                self.fired[finished.name] = t
+                self.done.append(finished)
             # Fire everything at the same instant before scheduling (determinism).
             if self._heap and self._heap[0][0] == t:
                 continue

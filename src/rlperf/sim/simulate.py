@@ -23,7 +23,9 @@ orders simultaneous events by insertion.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -333,15 +335,15 @@ class Simulator:
         extra: tuple[str, ...] = ()
         if self.colocated_switch and self.assign[_pool_key(st)] == self.assign["generate"]:
             extra = (f"to_train#{it}",)
+        key: str | None = st.role
+        fn: Callable[[int], StageCost]
         if st.kind == "reward":
             key = self._reward_key()
-            fn = lambda g, it=it: self._reward_cost(it, g)
+            fn = partial(self._reward_cost, it)
         elif st.kind == "forward":
-            key = st.role
-            fn = lambda g, it=it, st=st: self.costs.forward(st.role, self._kept(it), g, st.name)
+            fn = partial(self._pass_cost, self.costs.forward, it, st)
         else:
-            key = st.role
-            fn = lambda g, it=it, st=st: self.costs.train(st.role, self._kept(it), g, st.name)
+            fn = partial(self._pass_cost, self.costs.train, it, st)
         fused = (
             cfg.plan.mode.fusion and self._fusable() and st.kind in ("forward", "reward") and set(st.deps) <= {"generate"}
         )
@@ -360,6 +362,9 @@ class Simulator:
         self._add(name, st.name, prio + (chunks,), tuple(f"{name}.c{c}" for c in range(chunks)), None,
                   lambda now, grant: TaskRun(0.0), it)
 
+    def _pass_cost(self, cost: Callable[[str, np.ndarray, int, str], StageCost], it: int, st: StageDef, gpus: int) -> StageCost:
+        return cost(st.role, self._kept(it), gpus, st.name)
+
     def _reward_key(self) -> str | None:
         return "reward_model" if self.cfg.reward_on_gpu else None
 
@@ -377,7 +382,8 @@ class Simulator:
             return st.kept_seq_tokens
         assert st.kept_order is not None
         parts = np.array_split(st.kept_order, self.cfg.plan.mode.fusion_chunks)
-        return st.kept_seq_tokens[parts[chunk]]
+        chunk_tokens: np.ndarray = st.kept_seq_tokens[parts[chunk]]
+        return chunk_tokens
 
     # ------------------------------------------------------------------ results
     def run(self) -> SimResult:
@@ -424,7 +430,8 @@ class Simulator:
             ))
 
         pools = tuple(self._pool_stats(p.name, p.num_gpus, w0, w1, steps) for p in self.pools)
-        kept_tokens = [float(self.iters[it].kept_seq_tokens.sum()) for it in steady if self.iters[it].kept_seq_tokens is not None]
+        kept = [self.iters[it].kept_seq_tokens for it in steady]
+        kept_tokens = [float(k.sum()) for k in kept if k is not None]
         tokens_per_step = float(np.mean(kept_tokens)) if kept_tokens else 0.0
         gen_tokens = float(np.mean([self.iters[it].generated_tokens for it in steady]))
         staleness = tuple(s for it in steady for s in self.iters[it].staleness)
@@ -455,8 +462,7 @@ class Simulator:
             cost_usd_per_step=cost,
             bounds=bounds,
             rollout_tail_s=float(np.mean([self.iters[it].tail_s for it in steady])),
-            trained_responses_per_step=float(np.mean([0 if self.iters[it].kept_seq_tokens is None else len(self.iters[it].kept_seq_tokens)
-                                                      for it in steady])),
+            trained_responses_per_step=float(np.mean([0 if k is None else len(k) for k in kept])),
             nominal_responses_per_step=cfg.prompts_per_step * cfg.group_size,
             segments=segments,
             notes=tuple(notes),

@@ -20,6 +20,7 @@ FLOP conventions (one multiply-add = 2 FLOPs):
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -149,7 +150,7 @@ class ModelSpec(Spec):
         stem = p.parent.name if p.name == "config.json" else p.stem
         return cls.from_hf_config(data, name=stem)
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> ModelSpec:
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ModelSpec:
         """A validated copy. pydantic's copy would carry over the cached derived values
         (``breakdown``, ``num_params``...) of the original, which an update makes stale."""
         return type(self).model_validate({**self.model_dump(), **(update or {})})

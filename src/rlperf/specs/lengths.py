@@ -217,7 +217,8 @@ class LogNormalLength(_LengthBase):
         This is the mean of the continuous capped length; rounding draws to whole tokens moves
         the sample mean by well under one token.
         """
-        return _capped_mean(self.mu, self.sigma, self.cap_tokens)
+        # Clamped to [1, cap]: the closed form can stray by an ulp at the ends.
+        return min(float(self.cap_tokens), max(1.0, _capped_mean(self.mu, self.sigma, self.cap_tokens)))
 
     def fraction_at_cap(self) -> float:
         if self.cap_tokens == 1:
@@ -345,13 +346,15 @@ class EmpiricalLength(_LengthBase):
     def mean_tokens(self) -> float:
         lo, hi, cum = self._bins()
         p = np.diff(cum, prepend=0.0)
-        return float(np.sum(p * (lo + hi + 1.0) / 2.0))  # mean of lo+1 .. hi
+        mean = float(np.sum(p * (lo + hi + 1.0) / 2.0))  # mean of lo+1 .. hi
+        return min(float(self.cap_tokens), max(1.0, mean))  # cumulative sums can stray by an ulp
 
     def fraction_at_cap(self) -> float:
         lo, hi, cum = self._bins()
         if hi[-1] != self.cap_tokens:
             return 0.0
-        return float((cum[-1] - (cum[-2] if len(cum) > 1 else 0.0)) / (hi[-1] - lo[-1]))
+        frac = float((cum[-1] - (cum[-2] if len(cum) > 1 else 0.0)) / (hi[-1] - lo[-1]))
+        return min(1.0, max(0.0, frac))  # cumulative sums can stray by an ulp
 
     def quantile(self, q: float) -> int:
         _check_q(q)

@@ -219,3 +219,13 @@ def test_defaults_are_verls() -> None:
     defaulted = {n.key: n.value for n in rep.defaulted}
     assert defaulted["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "2"
     assert isinstance(spec, ScenarioSpec)
+
+
+def test_remove_padding_maps_to_packing_and_round_trips() -> None:
+    packed, _ = load_framework_config("verl", GRPO, [])
+    padded, rep = load_framework_config("verl", GRPO, ["actor_rollout_ref.model.use_remove_padding=false"])
+    assert packed.plan.layouts["actor"].packing and not padded.plan.layouts["actor"].packing
+    assert "actor_rollout_ref.model.use_remove_padding" in {n.key for n in rep.mapped}
+    for spec in (packed, padded):
+        again, _ = load_framework_config("verl", None, export_verl(spec).args)
+        assert again.plan.layouts["actor"].packing == spec.plan.layouts["actor"].packing

@@ -24,7 +24,7 @@ from rlperf.frameworks.common import (
     workload_notes,
 )
 from rlperf.frameworks.report import ExportResult, fmt_value
-from rlperf.frameworks.verl_keys import ROLE_BASE, ROLE_FSDP, ROLE_MICRO, ROLE_RECOMPUTE
+from rlperf.frameworks.verl_keys import ROLE_BASE, ROLE_FSDP, ROLE_MICRO, ROLE_MODEL, ROLE_RECOMPUTE
 from rlperf.scenario import RewardSpec, Scenario, ScenarioSpec
 from rlperf.specs.parallel import TrainLayout
 from rlperf.specs.plan import Plan
@@ -222,6 +222,9 @@ def _layout(role: str, lay: TrainLayout, out: _Out) -> None:
     if lay.max_tokens_per_microbatch is not None:
         out.set(f"{base}.{tok_k}", lay.max_tokens_per_microbatch)
     out.set(f"{base}.{micro_k}", lay.micro_batch_size)
+    # actor, reference (and rollout) share actor_rollout_ref.model; the actor's setting is written.
+    if role != "ref":
+        out.set(f"{ROLE_MODEL[role]}.use_remove_padding", lay.packing)
     if role in ROLE_RECOMPUTE:
         _recompute(role, lay, strategy, out)
     for field, want in (("param_dtype", "bf16"), ("grad_dtype", "fp32"), ("overlap_grad_comm", True)):

@@ -65,6 +65,7 @@ from rlperf.frameworks.verl_keys import (
     ROLE_BASE,
     ROLE_FSDP,
     ROLE_MICRO,
+    ROLE_MODEL,
     ROLE_RECOMPUTE,
     UNSUPPORTED,
 )
@@ -318,6 +319,9 @@ class _Importer:
         self.rec.map(strategy_key, strategy, "FSDP = ZeRO-3" if strategy != "megatron" else "Megatron-Core")
         lay = self._megatron(role) if strategy == "megatron" else self._fsdp(role)
         lay.update(self._micro(role))
+        rp_key = f"{ROLE_MODEL[role]}.use_remove_padding"
+        lay["packing"] = as_bool(rp_key, self.r.get(rp_key, DEFAULTS.get(rp_key, False)))
+        self.rec.map(rp_key, lay["packing"], "packed sequences" if lay["packing"] else "padded micro-batches (computes on padding)")
         # Forward-only roles never recompute; they take the actor's setting so equal layouts compare equal.
         lay["recompute"] = actor.recompute if actor is not None and role in ("ref", "reward_model") else self._recompute(role, strategy)
         mp = lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1)

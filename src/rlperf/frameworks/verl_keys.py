@@ -128,7 +128,6 @@ IGNORED: tuple[tuple[str, str], ...] = (
 
 # (pattern, what rlperf does instead, values that are harmless)
 UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
-    ("*.use_remove_padding", "rlperf costs packed sequences (no padding tokens); without remove-padding verl also computes on padding", (True,)),
     ("*.use_torch_compile", "kernel efficiencies are the hardware profile's, not per-flag", (True, False)),
     ("*.use_fused_kernels", "the memory model assumes fused log-prob kernels either way", (False,)),
     ("*.fused_kernel_options.*", "kernel choice is not modelled", ("torch",)),
@@ -181,6 +180,13 @@ UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
 )
 
 # Roles of verl's config and the keys that hold each one's parallel layout and micro-batching.
+# Where each role's model settings live (use_remove_padding: packed sequences vs padded batches).
+ROLE_MODEL = {
+    "actor": "actor_rollout_ref.model",
+    "ref": "actor_rollout_ref.model",
+    "critic": "critic.model",
+    "reward_model": "reward_model.model",
+}
 ROLE_BASE = {
     "actor": "actor_rollout_ref.actor",
     "ref": "actor_rollout_ref.ref",
@@ -208,6 +214,10 @@ ENGINE_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": 
 
 # verl's documented defaults (ppo_trainer.yaml) for the keys the importer reads.
 DEFAULTS: dict[str, Any] = {
+    # verl's trainer config leaves remove-padding off; its example scripts turn it on.
+    "actor_rollout_ref.model.use_remove_padding": False,
+    "critic.model.use_remove_padding": False,
+    "reward_model.model.use_remove_padding": False,
     "data.train_batch_size": 1024,
     "data.max_prompt_length": 512,
     "data.max_response_length": 512,

@@ -23,17 +23,8 @@ from rlperf.cost.memory_params import attention_params_on_device, stage_layers, 
 from rlperf.errors import SpecError
 from rlperf.specs.model import MLASpec, ModelSpec, MoESpec
 from rlperf.specs.parallel import EngineLayout, TrainLayout
+from tests.helpers.models import QWEN25_7B_CONFIG
 
-QWEN25_7B_CONFIG = {
-    "model_type": "qwen2",
-    "hidden_size": 3584,
-    "num_attention_heads": 28,
-    "num_key_value_heads": 4,
-    "num_hidden_layers": 28,
-    "intermediate_size": 18944,
-    "vocab_size": 152064,
-    "tie_word_embeddings": False,
-}
 QWEN25_7B = ModelSpec.from_hf_config(QWEN25_7B_CONFIG, "Qwen2.5-7B")
 QWEN3_30B_A3B = ModelSpec.from_hf_config(
     {

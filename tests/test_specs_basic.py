@@ -5,17 +5,9 @@ import pytest
 from rlperf.errors import SpecError
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout, TrainLayout, check_train_layout
+from tests.helpers.models import QWEN25_7B_CONFIG
 
-QWEN25_7B = {
-    "model_type": "qwen2",
-    "hidden_size": 3584,
-    "num_attention_heads": 28,
-    "num_key_value_heads": 4,
-    "num_hidden_layers": 28,
-    "intermediate_size": 18944,
-    "vocab_size": 152064,
-    "tie_word_embeddings": False,
-}
+QWEN25_7B = QWEN25_7B_CONFIG
 
 
 def test_unknown_model_type_is_one_line_error() -> None:

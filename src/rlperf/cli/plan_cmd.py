@@ -70,9 +70,15 @@ def build_scenario(
             w = load_workload_preset(str(wl.pop("preset")), **{k: v for k, v in wl.items()})
             wl = w.model_dump(mode="json")
         rl = dict(wl["response_length"])
+        if rl.get("kind") != "lognormal":
+            from rlperf.errors import SpecError
+
+            raise SpecError("--max-response", f"rescales log-normal response lengths; the workload's are {rl.get('kind')!r}",
+                            "a scenario whose workload sets the cap itself")
+        # Rescale the whole distribution (median x new cap / old cap): the shape, and so the share
+        # of responses truncated at the cap, stays the scenario's.
+        rl["median_tokens"] = float(rl["median_tokens"]) * max_response / float(rl["cap_tokens"])
         rl["cap_tokens"] = max_response
-        if "median_tokens" in rl:
-            rl["median_tokens"] = min(float(rl["median_tokens"]), max_response / 2)
         wl["response_length"] = rl
     data["workload"] = wl
     return load_scenario(data)
@@ -89,7 +95,7 @@ def plan_cmd(
     workload: str = typer.Option(None, help="workload preset (see `rlperf workloads`)"),
     prompts: int = typer.Option(None, help="prompts per step"),
     group_size: int = typer.Option(None, help="responses per prompt"),
-    max_response: int = typer.Option(None, help="response length cap (tokens)"),
+    max_response: int = typer.Option(None, help="response length cap (tokens); rescales the length distribution to it"),
     objective: str = typer.Option("time", help="time | cost | throughput_per_gpu"),
     max_staleness: int = typer.Option(2, help="largest policy lag allowed (0 = on-policy only)"),
     top_k: int = typer.Option(3, help="plans per GPU count simulated after the fast estimate"),

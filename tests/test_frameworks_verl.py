@@ -186,7 +186,7 @@ def test_errors_name_the_key() -> None:
     base = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B"]
     with pytest.raises(SpecError, match=r"ppo_mini_batch_size: 48 does not divide data\.train_batch_size \(100\)"):
         import_verl(None, [*base, "data.train_batch_size=100", "actor_rollout_ref.actor.ppo_mini_batch_size=48"])
-    with pytest.raises(SpecError, match=r"algorithm\.adv_estimator: 'opo' has no rlperf algorithm \(allowed: gae, grpo"):
+    with pytest.raises(SpecError, match=r"algorithm\.adv_estimator: 'opo' has no rlperf algorithm; allowed: gae, grpo"):
         import_verl(None, [*base, "algorithm.adv_estimator=opo"])
     with pytest.raises(SpecError, match=r"actor_rollout_ref\.model\.path: '/m/MyModel' is not in the model catalog"):
         import_verl(None, ["actor_rollout_ref.model.path=/m/MyModel"])

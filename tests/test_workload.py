@@ -230,7 +230,7 @@ def test_unknown_kind_names_the_field_and_the_allowed_kinds() -> None:
     with pytest.raises(SpecError) as ei:
         workload_from_dict({**BASE, "response_length": {"kind": "gauss"}})
     assert str(ei.value) == (
-        "workload.response_length.kind: unknown 'gauss' (allowed: fixed, uniform, lognormal, empirical)"
+        "workload.response_length.kind: unknown 'gauss'; allowed: fixed, uniform, lognormal, empirical"
     )
 
 
@@ -384,4 +384,4 @@ def test_unknown_keys_are_named(where: str | None, key: str) -> None:
     with pytest.raises(SpecError) as ei:
         workload_from_dict(d)
     prefix = "workload" if where is None else f"workload.{where}"
-    assert str(ei.value).startswith(f"{prefix}.{key}: unknown field (allowed: ")
+    assert str(ei.value).startswith(f"{prefix}.{key}: unknown field; allowed: ")

@@ -10,22 +10,49 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 
 class SpecError(ValueError):
-    """A bad input, explained in one line (``field: problem; allowed: ...``)."""
+    """A bad input, explained in one line (``[source:]field: problem; allowed: ...``).
 
-    def __init__(self, field: str, problem: str, allowed: str | None = None) -> None:
+    ``source`` is the file the value came from (set by :meth:`in_source` where the file is known).
+    """
+
+    def __init__(self, field: str, problem: str, allowed: str | None = None, source: str | None = None) -> None:
         self.field = field
-        self.problem = problem
-        self.allowed = allowed
-        msg = f"{field}: {problem}"
-        if allowed:
-            msg += f" (allowed: {allowed})"
+        self.problem = _one(problem)
+        self.allowed = _one(allowed) if allowed else None
+        self.source = source
+        msg = f"{field}: {self.problem}"
+        if source:
+            msg = f"{source}:{msg}"
+        if self.allowed:
+            msg += f"; allowed: {self.allowed}"
         super().__init__(msg)
+
+    def in_source(self, source: str | Path) -> SpecError:
+        """This error attributed to the file ``source`` (unchanged if it already names one)."""
+        if self.source:
+            return self
+        return SpecError(self.field, self.problem, self.allowed, show_path(source))
+
+
+def _one(text: str) -> str:
+    """Text folded to one line (a message must never spill over several)."""
+    return " ".join(str(text).split())
+
+
+def show_path(path: str | Path, limit: int = 120) -> str:
+    """A path as shown in a message: at most ``limit`` characters (the middle elided)."""
+    s = str(path)
+    if len(s) <= limit:
+        return s
+    half = (limit - 3) // 2
+    return s[:half] + "..." + s[-half:]
 
 
 def unknown_name(field: str, name: str, known: Iterable[str]) -> SpecError:
@@ -49,13 +76,24 @@ def one_line(err: ValidationError, prefix: str = "") -> SpecError:
     field = _loc(tuple(first.get("loc", ())))
     if prefix:
         field = f"{prefix}.{field}" if field != "<root>" else prefix
-    problem = str(first.get("msg", "invalid value"))
+    problem = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
     ctx = first.get("ctx") or {}
     allowed = None
     if "expected" in ctx:
         allowed = str(ctx["expected"])
+    elif any(k in ctx for k in ("gt", "ge", "lt", "le")):
+        lo = f"> {ctx['gt']}" if "gt" in ctx else (f">= {ctx['ge']}" if "ge" in ctx else "")
+        hi = f"< {ctx['lt']}" if "lt" in ctx else (f"<= {ctx['le']}" if "le" in ctx else "")
+        allowed = " and ".join(x for x in (lo, hi) if x)
+    if "input" in first and not isinstance(first["input"], (dict, list)):
+        problem = f"{problem} (got {_short(first['input'])})"
     extra = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
     return SpecError(field, problem + extra, allowed)
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 M = TypeVar("M", bound=BaseModel)

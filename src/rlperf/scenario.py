@@ -25,11 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field
 
 from rlperf.algorithms import AlgorithmSpec, get_algorithm
-from rlperf.errors import SpecError, parse
+from rlperf.errors import SpecError, parse, show_path
 from rlperf.specs.base import Spec
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
@@ -146,29 +145,53 @@ def resolve(spec: ScenarioSpec) -> Scenario:
 
 def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:
     """Read a scenario from a YAML file, a shipped example name, or a mapping."""
-    return resolve(load_scenario_spec(source))
+    if isinstance(source, Mapping):
+        return resolve(load_scenario_spec(source))
+    path = scenario_path(source)
+    try:
+        return resolve(load_scenario_spec(path))
+    except SpecError as err:
+        raise err.in_source(path) from None
+
+
+def scenario_path(source: str | Path) -> Path:
+    """The file of a scenario: ``source`` itself, or the shipped example of that name."""
+    path = Path(source)
+    try:
+        exists = path.exists()
+    except OSError:  # e.g. a name too long for the file system: reported by the loader
+        exists = True
+    if not exists:
+        shipped = Path(__file__).parent / "scenarios" / f"{source}.yaml"
+        if "/" in str(source) or not shipped.is_file():
+            from rlperf.errors import unknown_name
+
+            raise unknown_name("scenario", str(source), list_scenarios())
+        path = shipped
+    return path
+
+
+def read_scenario_data(source: str | Path) -> dict[str, Any]:
+    """The raw mapping of a scenario file (checked by the input layer), before validation."""
+    from rlperf.inputs import load_yaml
+
+    path = scenario_path(source)
+    data = load_yaml(path, "scenario")
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else f"a {type(data).__name__}"
+        raise SpecError("<root>", f"the document is {kind}", "a mapping of scenario fields", show_path(path))
+    return data
 
 
 def load_scenario_spec(source: str | Path | Mapping[str, Any]) -> ScenarioSpec:
     """The validated, unresolved spec of a scenario (e.g. to change the cluster before resolving)."""
     if isinstance(source, Mapping):
-        data: Any = dict(source)
-    else:
-        path = Path(source)
-        if not path.exists():
-            shipped = Path(__file__).parent / "scenarios" / f"{source}.yaml"
-            if not shipped.exists():
-                from rlperf.errors import unknown_name
-
-                raise unknown_name("scenario", str(source), list_scenarios())
-            path = shipped
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as err:
-            raise SpecError("scenario", f"{path} is not valid YAML ({str(err).splitlines()[0]})") from None
-        if not isinstance(data, dict):
-            raise SpecError("scenario", f"{path} must hold a mapping")
-    return parse(ScenarioSpec, data)
+        return parse(ScenarioSpec, dict(source))
+    data = read_scenario_data(source)
+    try:
+        return parse(ScenarioSpec, data)
+    except SpecError as err:
+        raise err.in_source(scenario_path(source)) from None
 
 
 def list_scenarios() -> list[str]:

@@ -41,7 +41,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, model_validator
 
 from rlperf.errors import SpecError, parse
@@ -256,14 +255,12 @@ def load_cases(path: str | Path | None = None, check: bool = True) -> CaseFile:
     ``check`` also resolves every scenario (models, cluster, layouts), so a malformed case fails
     here with its id and field rather than half-way through a validation run."""
     p = shipped_cases_path() if path is None else Path(path)
-    if not p.is_file():
-        raise SpecError("cases", f"file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise SpecError("cases", f"{p.name} is not valid YAML ({str(err).splitlines()[0]})") from None
+    from rlperf.errors import show_path
+    from rlperf.inputs import load_yaml
+
+    data = load_yaml(p, "cases")
     if not isinstance(data, Mapping):
-        raise SpecError("cases", f"{p.name} must hold a mapping with a 'cases' list")
+        raise SpecError("<root>", "not a mapping", "a mapping with a 'cases' list", show_path(p))
     spec = parse(CaseFileSpec, data, where="cases_file")
     cases = tuple(_case(raw, i, spec, p.parent, check) for i, raw in enumerate(spec.cases))
     seen: set[str] = set()

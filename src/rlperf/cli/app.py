@@ -1,15 +1,18 @@
 """The ``rlperf`` command. Each concept registers its commands from its own module.
 
-Errors a user can cause (``SpecError`` / ``ValueError``) print as one line and exit 2.
+Errors a user can cause (``SpecError`` / ``ValueError``, an unreadable or unwritable file) print as
+one line and exit 2; Ctrl-C prints one line and exits 130.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
+from typing import NoReturn, TextIO
 
 import typer
 
-from rlperf.errors import SpecError
+from rlperf.errors import SpecError, show_path
 
 app = typer.Typer(
     name="rlperf",
@@ -32,14 +35,33 @@ def _register() -> None:
             importlib.import_module(f"rlperf.cli.{info.name}")
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
+    """Warnings as one line (``warning: ...``), without the source line Python shows by default."""
+    print(f"warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Run the command line; every failure a user can cause ends in one line on stderr.
+
+    Exit codes: 0 done, 2 bad input (``error: ...``), 130 interrupted (Ctrl-C).
+    """
     _register()
+    warnings.showwarning = _show_warning
     try:
         app(args=argv, standalone_mode=False)
+    except KeyboardInterrupt:
+        _interrupted()
     except (SpecError, ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as err:  # e.g. a full disk or a folder that cannot be written
+        where = f"{show_path(err.filename)}: " if err.filename else ""
+        print(f"error: {where}{err.strerror or type(err).__name__}", file=sys.stderr)
         raise SystemExit(2) from None
     except typer.Exit as ex:
+        if ex.exit_code == 130:
+            _interrupted()
         raise SystemExit(ex.exit_code) from None
     except Exception as err:  # click usage errors
         # typer >= 0.20 raises the exceptions of its vendored click (typer._click), not click's.
@@ -60,8 +82,13 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"error: {err.format_message()}", file=sys.stderr)
                 raise SystemExit(2) from None
             if isinstance(err, getattr(exc, "Abort", ())):
-                raise SystemExit(130) from None
+                _interrupted()
         raise
+
+
+def _interrupted() -> NoReturn:
+    print("error: interrupted (nothing written)", file=sys.stderr)
+    raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

@@ -28,20 +28,10 @@ def build_scenario(
     hardware_profile: Path | None,
 ) -> Any:
     """The scenario to plan: a file/example (default: the embedded one) with CLI overrides."""
-    import yaml
+    from rlperf.scenario import load_scenario, read_scenario_data, scenario_path
 
-    from rlperf.scenario import list_scenarios, load_scenario
-
-    name = scenario or DEFAULT_SCENARIO
-    path = Path(name)
-    if not path.exists():
-        shipped = Path(__file__).resolve().parent.parent / "scenarios" / f"{name}.yaml"
-        if not shipped.exists():
-            from rlperf.errors import unknown_name
-
-            raise unknown_name("scenario", name, list_scenarios())
-        path = shipped
-    data = yaml.safe_load(path.read_text())
+    path = scenario_path(scenario or DEFAULT_SCENARIO)
+    data = read_scenario_data(path)
     if model:
         data["model"] = model
     cl = dict(data.get("cluster") or {})

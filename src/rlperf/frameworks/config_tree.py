@@ -19,7 +19,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from rlperf.errors import SpecError
 from rlperf.frameworks.report import KeyNote, Recorder, fmt_value
@@ -40,25 +39,24 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def load_yaml_tree(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError("config", f"no file at {str(p)!r}")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as err:
-        raise SpecError("config", f"{p} is not valid YAML ({str(err).splitlines()[0]})") from None
+    from rlperf.errors import show_path
+    from rlperf.inputs import load_yaml
+
+    data = load_yaml(path, "config")
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise SpecError("config", f"{p} must hold a mapping")
+        raise SpecError("<root>", f"the document is a {type(data).__name__}", "a mapping", show_path(path))
     return data
 
 
 def parse_value(text: str) -> Any:
     """A Hydra override value: YAML scalars and flow collections; anything else stays a string."""
+    from rlperf.inputs import parse_yaml
+
     try:
-        return yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
+        return parse_yaml(text, "override") if text.strip() else ""
+    except SpecError:
         return text
 
 

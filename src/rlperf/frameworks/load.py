@@ -24,7 +24,9 @@ def read_overrides(path: str | Path) -> list[str]:
     script); ``#`` comments and shell line continuations are dropped."""
     import shlex
 
-    text = Path(path).read_text().replace("\\\n", " ")
+    from rlperf.inputs import read_text
+
+    text = read_text(path, "config").replace("\\\n", " ")
     out: list[str] = []
     for line in text.splitlines():
         out.extend(shlex.split(line, comments=True))
@@ -72,9 +74,11 @@ def load_framework_config(
 
         if isinstance(path_or_args, Mapping) or path_or_args is None:
             raise SpecError("config", "OpenRLHF takes a command line (string, list, or a file holding one)")
-        args: str | Sequence[str] = path_or_args if not isinstance(path_or_args, Path) else path_or_args.read_text()
+        from rlperf.inputs import read_text
+
+        args: str | Sequence[str] = path_or_args if not isinstance(path_or_args, Path) else read_text(path_or_args, "config")
         if isinstance(args, str) and _is_file(args):
-            args = Path(args).read_text()
+            args = read_text(args, "config")
         return import_openrlhf(args, overrides, gpu=gpu, mean_response_tokens=mean_response_tokens)
     raise SpecError("framework", f"unknown config kind {kind!r}", ", ".join(KINDS))
 

@@ -7,7 +7,6 @@ file given by the user overrides the shipped profile field by field.
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -109,16 +108,12 @@ def generic_profile_values() -> dict[str, Any]:
 
 
 def _read_user_file(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise SpecError("hardware_profile", f"file not found: {path}")
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise SpecError("hardware_profile", f"cannot parse {path.name}: {first}") from None
+    from rlperf.errors import show_path
+    from rlperf.inputs import load_json, load_yaml
+
+    data = load_json(path, "hardware_profile") if path.suffix.lower() == ".json" else load_yaml(path, "hardware_profile")
     if not isinstance(data, dict):
-        raise SpecError("hardware_profile", f"{path.name} must hold a mapping of profile fields")
+        raise SpecError("<root>", "not a mapping", "a mapping of profile fields", show_path(path))
     return data
 
 

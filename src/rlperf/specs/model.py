@@ -19,7 +19,6 @@ FLOP conventions (one multiply-add = 2 FLOPs):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -139,16 +138,17 @@ class ModelSpec(Spec):
         p = Path(path)
         if p.is_dir():
             p = p / "config.json"
-        if not p.is_file():
-            raise SpecError("model", f"no config.json at {str(path)!r}")
-        try:
-            data = json.loads(p.read_text())
-        except json.JSONDecodeError as err:
-            raise SpecError(
-                "model", f"{p} is not valid JSON ({err.msg} at line {err.lineno})"
-            ) from None
+        from rlperf.errors import show_path
+        from rlperf.inputs import load_json
+
+        data = load_json(p, "model")
+        if not isinstance(data, dict):
+            raise SpecError("<root>", "not a JSON object", "an HF config.json object", show_path(p))
         stem = p.parent.name if p.name == "config.json" else p.stem
-        return cls.from_hf_config(data, name=stem)
+        try:
+            return cls.from_hf_config(data, name=stem)
+        except SpecError as err:
+            raise err.in_source(p) from None
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ModelSpec:
         """A validated copy. pydantic's copy would carry over the cached derived values

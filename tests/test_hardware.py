@@ -131,8 +131,8 @@ def test_make_cluster_counts_and_price() -> None:
     assert make_cluster("a100").num_gpus == 8
     assert make_cluster("h200", num_nodes=4).num_gpus == 32
     assert make_cluster("h800", num_gpus=8).price_usd_per_hour is None
-    with pytest.raises(SpecError, match="num_gpus"):
-        make_cluster("h100", num_gpus=12)
+    twelve = make_cluster("h100", num_gpus=12)  # a full node and half of a second one
+    assert (twelve.num_nodes, twelve.gpus_per_node, twelve.last_node_gpus, twelve.num_gpus) == (2, 8, 4, 12)
     with pytest.raises(SpecError, match="num_gpus"):
         make_cluster("h100", num_gpus=0)
     with pytest.raises(SpecError, match="num_gpus"):

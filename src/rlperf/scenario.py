@@ -39,7 +39,9 @@ from rlperf.specs.workload import Workload, workload_from_dict
 class ClusterSpec(Spec):
     gpu: str = "H100"
     num_nodes: int = Field(default=1, gt=0)
-    gpus_per_node: int | None = Field(default=None, gt=0)
+    gpus_per_node: int | None = Field(default=None, gt=0)  # default: the accelerator's NVLink domain
+    # total GPUs instead of num_nodes: whole domains and a partial last one (128 GB200 = 72 + 56)
+    num_gpus: int | None = Field(default=None, gt=0)
     profile: str | None = None  # path to a hardware profile file (e.g. from `rlperf calibrate`)
 
 
@@ -68,6 +70,9 @@ class AlgorithmConfig(Spec):
     keep_rate: float = Field(default=0.5, gt=0, le=1)  # dynamic sampling: expected share of groups kept
     reward: RewardSpec = RewardSpec()
     critic_model: str | None = None  # default: the actor's model
+    # when the old-policy log-prob pass runs: with more than one update per rollout (or a KL in
+    # the reward), or every step (verl runs old_log_prob regardless, for metrics)
+    old_logprob: Literal["when_needed", "always"] = "when_needed"
 
 
 class SimulationSpec(Spec):
@@ -135,9 +140,12 @@ def resolve(spec: ScenarioSpec) -> Scenario:
     rm = spec.algorithm.reward.model
     models["reward_model"] = load_model(rm) if rm else actor
     c = spec.cluster
-    cluster = make_cluster(c.gpu, num_nodes=c.num_nodes, gpus_per_node=c.gpus_per_node, profile_path=c.profile)
+    nodes = c.num_nodes if c.num_gpus is None or "num_nodes" in c.model_fields_set else None
+    cluster = make_cluster(c.gpu, num_gpus=c.num_gpus, num_nodes=nodes, gpus_per_node=c.gpus_per_node, profile_path=c.profile)
     workload = resolve_workload(spec.workload)
     algorithm = get_algorithm(spec.algorithm.name)
+    if spec.algorithm.old_logprob == "always":
+        algorithm = algorithm.with_old_logprob_always()
     if spec.simulation.warmup >= spec.simulation.iterations:
         raise SpecError("simulation.warmup", f"must be < iterations ({spec.simulation.iterations})")
     return Scenario(spec, models, cluster, workload, algorithm)

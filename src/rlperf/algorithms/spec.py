@@ -8,7 +8,7 @@ the plan, not here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 Role = Literal["actor", "critic", "ref", "reward_model", "prm"]
@@ -79,6 +79,16 @@ class AlgorithmSpec:
             if s.role not in seen:
                 seen.append(s.role)
         return tuple(seen)
+
+    def with_old_logprob_always(self) -> AlgorithmSpec:
+        """This algorithm with its old-policy log-prob pass kept at one update per rollout too
+        (verl computes ``old_log_prob`` every step for its metrics and KL; some frameworks
+        always run it)."""
+        stages = tuple(
+            StageDef(s.name, s.role, s.kind, s.tokens, s.deps, "always") if s.condition == "multi_update" else s
+            for s in self.stages
+        )
+        return replace(self, stages=stages)
 
     def active_stages(self, updates_per_rollout: int, kl_enabled: bool | None = None) -> tuple[StageDef, ...]:
         """The stages that run, given the number of optimizer updates per rollout.

@@ -174,7 +174,7 @@ def train_memory(
     tokens, span = _tokens(layout, micro_batch_tokens, seq_len)
     _positive("num_microbatches", num_microbatches)
     _positive("logits_chunk_tokens", logits_chunk_tokens)
-    stages = stage_params(model, layout.tp, layout.pp, layout.ep * layout.tp)
+    stages = stage_params(model, layout.tp, layout.pp, layout.expert_shards)
     mems = [
         _train_stage(
             model, layout, st, tokens, span, flash_attention, logits_chunk_tokens, num_microbatches
@@ -196,7 +196,10 @@ def _train_stage(
 ) -> TrainMemory:
     p_bytes, g_bytes = bytes_per(lay.param_dtype), bytes_per(lay.grad_dtype)
     opt_per_param = _ADAM_MOMENTS_BYTES + (0.0 if lay.param_dtype == "fp32" else _MASTER_BYTES)
-    weights = _state_bytes(st, lay, p_bytes, lay.zero_stage >= 3)
+    # FP8 training (Transformer Engine) keeps the param_dtype weights and caches one FP8 copy
+    # of each (1 byte per parameter, sharded like the weights) across micro-batches.
+    fp8_cache = 1.0 if lay.compute_dtype == "fp8" else 0.0
+    weights = _state_bytes(st, lay, p_bytes + fp8_cache, lay.zero_stage >= 3)
     grads = _state_bytes(st, lay, g_bytes, lay.zero_stage >= 2)
     optimizer = _state_bytes(st, lay, opt_per_param, lay.zero_stage >= 1)
     gathers = lay.zero_stage >= 3 or lay.offload_params
@@ -223,7 +226,7 @@ def _state_bytes(st: StageParams, lay: TrainLayout, per_param_bytes: float, shar
     if not shard:
         return st.total_params * per_param_bytes
     dense = st.dense_params / lay.shard_degree
-    return (dense + st.expert_params / (lay.shard_degree // lay.ep)) * per_param_bytes
+    return (dense + st.expert_params / lay.expert_shard_degree) * per_param_bytes
 
 
 def _layer_activations(
@@ -344,7 +347,7 @@ def forward_memory(
     _positive("logits_chunk_tokens", logits_chunk_tokens)
     p_bytes = bytes_per(layout.param_dtype)
     mems = []
-    for st in stage_params(model, layout.tp, layout.pp, layout.ep * layout.tp):
+    for st in stage_params(model, layout.tp, layout.pp, layout.expert_shards):
         weights = _state_bytes(st, layout, p_bytes, layout.zero_stage >= 3)
         gathers = layout.zero_stage >= 3 or layout.offload_params
         buffers = st.largest_unit_params * bytes_per(ACTIVATION_DTYPE) if gathers else 0.0

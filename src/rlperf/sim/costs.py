@@ -40,9 +40,7 @@ class AnalyticCosts:
     def cluster(self, gpus: int) -> Cluster:
         c = self._clusters.get(gpus)
         if c is None:
-            node = self.sc.cluster.gpus_per_node
-            per_node = gpus if gpus <= node else max(d for d in range(1, node + 1) if gpus % d == 0)
-            c = self.sc.cluster.model_copy(update={"num_nodes": gpus // per_node, "gpus_per_node": per_node})
+            c = self.sc.cluster.with_gpus(gpus)  # packed node by node (NVL72: 72-GPU domains)
             self._clusters[gpus] = c
         return c
 
@@ -52,9 +50,16 @@ class AnalyticCosts:
         dp = gpus // mp
         if dp < 1:
             raise SpecError(f"plan.layouts.{role}", f"tp·pp·cp = {mp} exceeds the {gpus} GPUs of its pool")
-        if (dp * lay.cp) % lay.ep != 0:
-            raise SpecError(f"plan.layouts.{role}.ep", f"{lay.ep} does not divide dp·cp = {dp * lay.cp} on {gpus} GPUs")
-        return lay.model_copy(update={"dp": dp})
+        out = lay.model_copy(update={"dp": dp})
+        if err := out.expert_grid_error():
+            raise SpecError(f"plan.layouts.{role}.ep", f"{err} on {gpus} GPUs")
+        if out.compute_dtype not in self.sc.cluster.accelerator.peak_flops:
+            raise SpecError(
+                f"plan.layouts.{role}.compute_dtype",
+                f"{self.sc.cluster.accelerator.id} has no {out.compute_dtype} tensor throughput",
+                ", ".join(sorted(self.sc.cluster.accelerator.peak_flops)),
+            )
+        return out
 
     def _engine(self, gpus: int) -> EngineLayout:
         lay = self.plan.rollout

@@ -142,22 +142,39 @@ class HardwareProfile(Spec):
 
 
 class Cluster(Spec):
-    """``num_nodes`` x ``gpus_per_node`` accelerators of one kind, two-level network."""
+    """``num_nodes`` scale-up domains ("nodes") of ``gpus_per_node`` accelerators of one kind,
+    two-level network. A node is the NVLink domain: 8 GPUs of an HGX server, or the 72 GPUs of
+    a GB200 NVL72 rack. A job need not fill its last domain: ``last_node_gpus`` GPUs of it are
+    used (ranks are numbered node by node, so only the last one is partial)."""
 
     accelerator: Accelerator
     profile: HardwareProfile
     num_nodes: int = Field(gt=0)
     gpus_per_node: int = Field(gt=0)
+    last_node_gpus: int | None = Field(default=None, gt=0)  # None: the last node is full
 
     @model_validator(mode="after")
     def _check(self) -> Cluster:
         if self.profile.accelerator != self.accelerator.id:
             raise ValueError(f"profile is for {self.profile.accelerator!r}, cluster has {self.accelerator.id!r}")
+        if self.last_node_gpus is not None and self.last_node_gpus > self.gpus_per_node:
+            raise ValueError(f"last_node_gpus {self.last_node_gpus} exceeds gpus_per_node {self.gpus_per_node}")
         return self
 
     @property
     def num_gpus(self) -> int:
-        return self.num_nodes * self.gpus_per_node
+        last = self.gpus_per_node if self.last_node_gpus is None else self.last_node_gpus
+        return (self.num_nodes - 1) * self.gpus_per_node + last
+
+    def with_gpus(self, num_gpus: int) -> Cluster:
+        """The first ``num_gpus`` GPUs of this cluster's kind, packed node by node (a pool)."""
+        nodes = -(-num_gpus // self.gpus_per_node)
+        last = num_gpus - (nodes - 1) * self.gpus_per_node
+        if nodes == 1:  # one (partial) node: a node of exactly those GPUs
+            return self.model_copy(update={"num_nodes": 1, "gpus_per_node": num_gpus, "last_node_gpus": None})
+        return self.model_copy(update={
+            "num_nodes": nodes, "last_node_gpus": None if last == self.gpus_per_node else last,
+        })
 
     @property
     def price_usd_per_hour(self) -> float | None:

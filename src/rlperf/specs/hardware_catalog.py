@@ -199,7 +199,8 @@ def make_cluster(
     """A cluster of one accelerator kind.
 
     ``gpus_per_node`` defaults to the accelerator's node size (its scale-up domain). With only
-    ``num_gpus``: fewer GPUs than a node make one partial node; more must fill whole nodes.
+    ``num_gpus``: fewer GPUs than a node make one partial node; more fill whole nodes and
+    a partial last one (a GB200 job of 128 GPUs: one NVL72 rack and 56 GPUs of a second).
     Without either count: one full node. ``gpu`` may also name the accelerator that the profile
     file defines (e.g. ``local``, written by ``rlperf calibrate``)."""
     for field, value in (("num_gpus", num_gpus), ("num_nodes", num_nodes), ("gpus_per_node", gpus_per_node)):
@@ -218,14 +219,13 @@ def make_cluster(
         nodes = num_nodes
     elif num_gpus <= gpn:
         nodes, gpn = 1, num_gpus
-    elif num_gpus % gpn != 0:
-        raise SpecError(
-            "num_gpus",
-            f"{num_gpus} {acc.id} GPUs do not fill whole nodes of {gpn}",
-            f"at most {gpn} (one node) or a multiple of {gpn}",
+    else:  # whole nodes, the last one possibly partial (e.g. 128 GPUs on NVL72 racks: 72 + 56)
+        nodes = -(-num_gpus // gpn)
+        last = num_gpus - (nodes - 1) * gpn
+        return Cluster(
+            accelerator=acc, profile=load_profile(acc.id, profile_path), num_nodes=nodes, gpus_per_node=gpn,
+            last_node_gpus=None if last == gpn else last,
         )
-    else:
-        nodes = num_gpus // gpn
     return Cluster(
         accelerator=acc,
         profile=load_profile(acc.id, profile_path),

@@ -1,7 +1,11 @@
 """Parallel layouts: how one model is spread over devices for training and for generation.
 
 A :class:`TrainLayout` is a Megatron/FSDP-style layout for a trained or forward-only model
-(dp x tp x pp x cp ranks; ep carved out of dp x cp as in Megatron-Core MoE). An
+(dp x tp x pp x cp ranks). Routed experts have their own grid as in Megatron-Core MoE
+("MoE parallel folding"): each pipeline stage's ``dp x cp x tp`` ranks are regrouped as
+``edp x ep x etp`` (expert data, expert and expert-tensor parallel, etp innermost), so ``ep x etp``
+must divide ``dp x cp x tp``; ``etp`` defaults to ``tp`` (experts split like the dense MLP, ep
+carved out of dp x cp), and ``etp = 1`` lets ep fold over the tensor ranks. An
 :class:`EngineLayout` is a vLLM/SGLang-style rollout engine layout (replicas x tp x pp).
 Both are frozen specs; divisibility against a model is checked by :func:`check_train_layout`
 and :func:`check_engine_layout` so an infeasible plan is rejected with its reason.
@@ -17,7 +21,8 @@ from rlperf.errors import SpecError
 from rlperf.specs.base import Spec
 from rlperf.specs.model import ModelSpec
 
-ZeroStage = Literal[0, 1, 2, 3]  # 3 == FSDP full sharding
+ZeroStage = Literal[0, 1, 2, 3]
+TrainComputeDtype = Literal["bf16", "fp8"]  # 3 == FSDP full sharding
 Recompute = Literal["none", "selective", "full"]
 PipelineSchedule = Literal["1f1b", "interleaved", "gpipe"]
 ContextParallel = Literal["ring", "ulysses"]
@@ -34,7 +39,9 @@ class TrainLayout(Spec):
     pp: int = Field(default=1, gt=0)
     cp: int = Field(default=1, gt=0)  # context/sequence parallel degree over the sequence
     cp_kind: ContextParallel = "ring"  # ring attention (Megatron CP) or Ulysses all-to-all (verl/DeepSpeed)
-    ep: int = Field(default=1, gt=0)  # expert parallel degree, carved out of dp*cp
+    ep: int = Field(default=1, gt=0)  # expert parallel degree (ep x etp divides dp*cp*tp)
+    # expert tensor parallel degree (Megatron expert_tensor_parallel_size); None: tp
+    etp: int | None = Field(default=None, gt=0)
     sequence_parallel: bool = True  # Megatron SP on the TP group (activations sharded by tp)
     zero_stage: ZeroStage = 3
     pp_schedule: PipelineSchedule = "1f1b"
@@ -42,6 +49,10 @@ class TrainLayout(Spec):
     recompute: Recompute = "full"
     micro_batch_size: int = Field(default=1, gt=0)  # sequences per micro-batch (when no token budget)
     max_tokens_per_microbatch: int | None = Field(default=None, gt=0)  # dynamic batching / packing
+    # Forward-only passes (old/ref log-probs, values) may cut larger micro-batches than training
+    # (verl log_prob_micro_batch_size_per_gpu / log_prob_max_token_len_per_gpu); None: as training.
+    forward_micro_batch_size: int | None = Field(default=None, gt=0)
+    forward_max_tokens_per_microbatch: int | None = Field(default=None, gt=0)
     # sequences of a micro-batch packed without padding (verl use_remove_padding, OpenRLHF
     # --packing_samples); False: each is padded to the micro-batch's longest (HF eager batches)
     packing: bool = True
@@ -49,6 +60,9 @@ class TrainLayout(Spec):
     offload_optimizer: bool = False
     param_dtype: str = "bf16"
     grad_dtype: str = "fp32"  # gradient reduction dtype (verl FSDP reduces in fp32)
+    # dtype of the weight GEMMs: fp8 = Transformer Engine / Megatron FP8 training (GEMMs at the
+    # FP8 rate, an FP8 copy of each weight cached next to the param_dtype one)
+    compute_dtype: TrainComputeDtype = "bf16"
     overlap_grad_comm: bool = True
 
     @model_validator(mode="after")
@@ -57,6 +71,8 @@ class TrainLayout(Spec):
             raise ValueError("interleaved schedule needs virtual_stages >= 2")
         if self.pp_schedule != "interleaved" and self.virtual_stages != 1:
             raise ValueError("virtual_stages > 1 needs pp_schedule='interleaved'")
+        if self.etp is not None and self.ep == 1 and self.etp != self.tp:
+            raise ValueError("etp needs ep > 1 (without expert parallelism experts split like the dense MLP: etp = tp)")
         return self
 
     @property
@@ -67,6 +83,37 @@ class TrainLayout(Spec):
     def shard_degree(self) -> int:
         """Ranks over which ZeRO/FSDP shards model states (the data-parallel ranks, incl. cp)."""
         return self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor parallel degree (``etp``, else ``tp``)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_shards(self) -> int:
+        """Ranks one routed expert layer's weights are split over: ``ep x etp``."""
+        return self.ep * self.expert_tp
+
+    @property
+    def expert_shard_degree(self) -> int:
+        """Expert data-parallel ranks over which ZeRO shards expert states: dp·cp·tp / (ep·etp)."""
+        return max(1, self.dp * self.cp * self.tp // self.expert_shards)
+
+    def expert_grid_error(self) -> str | None:
+        """Why ``ep x etp`` cannot tile the stage's dp·cp·tp ranks (None when it can)."""
+        ranks = self.dp * self.cp * self.tp
+        if ranks % self.expert_shards:
+            return f"ep·etp = {self.ep}·{self.expert_tp} does not divide dp·cp·tp = {ranks}"
+        return None
+
+    def for_forward_passes(self) -> TrainLayout:
+        """This layout as its forward-only passes cut micro-batches (the forward_* fields)."""
+        if self.forward_micro_batch_size is None and self.forward_max_tokens_per_microbatch is None:
+            return self
+        return self.model_copy(update={
+            "micro_batch_size": self.forward_micro_batch_size or self.micro_batch_size,
+            "max_tokens_per_microbatch": self.forward_max_tokens_per_microbatch or self.max_tokens_per_microbatch,
+        })
 
 
 class EngineLayout(Spec):
@@ -126,6 +173,9 @@ def check_train_layout(model: ModelSpec, layout: TrainLayout, prefix: str = "lay
         if model.moe is None:
             raise SpecError(f"{prefix}.ep", "expert parallelism needs an MoE model", "1")
         _divides(f"{prefix}.ep", layout.ep, "num_experts", model.moe.num_experts)
+        _divides(f"{prefix}.etp", layout.expert_tp, "expert_intermediate_size", model.moe.expert_intermediate_size)
+        if layout.dp > 1 and (err := layout.expert_grid_error()):
+            raise SpecError(f"{prefix}.ep", err)
 
 
 def check_engine_layout(model: ModelSpec, layout: EngineLayout, prefix: str = "engine") -> None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from rlperf.errors import SpecError
 from rlperf.specs.base import Spec
@@ -151,6 +151,19 @@ class Workload(Spec):
     """Correlation of response lengths within a group, on the normal-score scale (0..1)."""
     seed: int = Field(default=0, ge=0)
     """Seed of the length draws; step ``s`` uses ``SeedSequence(seed, spawn_key=(s,))``."""
+    max_total_tokens: int | None = Field(default=None, gt=0)
+    """Cap on prompt + response together (vLLM ``max_model_len``, OpenRLHF ``--max_len``): a
+    response stops at ``max_total_tokens - prompt`` when that comes before its own cap. None: no
+    joint cap. The analytic ``expected_*`` figures ignore it (an upper bound); samples obey it."""
+
+    @model_validator(mode="after")
+    def _check_total(self) -> Workload:
+        if self.max_total_tokens is not None and self.max_total_tokens <= self.prompt_length.cap_tokens:
+            raise SpecError(
+                "max_total_tokens", f"{self.max_total_tokens} leaves no room for a response after the prompt cap",
+                f"> {self.prompt_length.cap_tokens}",
+            )
+        return self
 
     @property
     def num_responses(self) -> int:
@@ -168,7 +181,8 @@ class Workload(Spec):
     @property
     def max_sequence_tokens(self) -> int:
         """Longest possible sequence, prompt plus response (sizes KV cache and context)."""
-        return self.max_prompt_tokens + self.max_response_tokens
+        both = self.max_prompt_tokens + self.max_response_tokens
+        return both if self.max_total_tokens is None else min(both, self.max_total_tokens)
 
     @property
     def expected_prompt_tokens_per_step(self) -> float:
@@ -199,6 +213,8 @@ class Workload(Spec):
         noise = noise_seq.standard_normal((b, g))
         scores = math.sqrt(rho) * latent + math.sqrt(1.0 - rho) * noise
         responses = self.response_length.from_normal_scores(scores)
+        if self.max_total_tokens is not None:  # the joint cap cuts long responses of long prompts
+            responses = np.minimum(responses, self.max_total_tokens - prompts[:, None])
         return WorkloadSample(step, prompts, responses, self.max_response_tokens)
 
 

@@ -62,8 +62,8 @@ def forward_pass(
     Args:
         model: the model run (reference policy, old policy, critic, reward model).
         cluster: the GPUs it runs on (``layout.world_size`` of them are used).
-        layout: its layout; ``micro_batch_size`` or ``max_tokens_per_microbatch`` sets the
-            micro-batches.
+        layout: its layout; ``forward_micro_batch_size`` / ``forward_max_tokens_per_microbatch``
+            (else ``micro_batch_size`` / ``max_tokens_per_microbatch``) set the micro-batches.
         seq_tokens: prompt + response tokens of every sequence in the batch.
         name: the stage's name in the result.
         head: ``"logprobs"`` (LM head + log-softmax over the vocabulary) or ``"value"`` (a
@@ -74,6 +74,7 @@ def forward_pass(
             fit in device memory.
     """
     check_train_layout(model, layout)
+    layout = layout.for_forward_passes()  # its own micro-batch size / token budget, if set
     seqs = as_lengths(seq_tokens)
     costs = LayoutCosts(model, forward_view(cluster), layout, head)
     plan = microbatches_for(seqs, layout)

@@ -198,20 +198,20 @@ class LayoutCosts:
                 "layout", f"needs {layout.world_size} GPUs (dp*tp*pp*cp), the cluster has {cluster.num_gpus}"
             )
         self.model, self.cluster, self.layout = model, cluster, layout
-        self.shards = stage_shards(model, layout.tp, layout.pp, layout.ep, head, layout.sequence_parallel)
+        self.shards = stage_shards(model, layout.tp, layout.pp, layout.ep, head, layout.sequence_parallel, layout.expert_tp)
         tp, cp, dp, ep = layout.tp, layout.cp, layout.dp, layout.ep
         self.tp_group = group_for(cluster, tp)
         self.cp_group = group_for(cluster, cp, tp)
-        self.ep_group = group_for(cluster, ep, tp)
+        self.ep_group = group_for(cluster, ep, layout.expert_tp)  # etp innermost, then ep
         self.shard_group = group_for(cluster, dp * cp, tp)
-        self.expert_shard_group = group_for(cluster, dp * cp // ep, tp * ep)
+        self.expert_shard_group = group_for(cluster, layout.expert_shard_degree, layout.expert_shards)
         self.pp_same_node = group_for(cluster, layout.pp, tp * cp * dp).num_nodes == 1
         self.cp_same_node = self.cp_group.num_nodes == 1
         per_pair = 2.0 * model.num_heads * (model.q_head_dim + model.v_head_dim) / tp
         self._attn_flops_per_pair_layer = per_pair
         self._units: dict[tuple[int, float], CommUnit] = {}
         self._dp_comm: dict[tuple[int, str], tuple[float, float]] = {}
-        self._matmul = ceilings(cluster, COMPUTE_DTYPE, "matmul")
+        self._matmul = ceilings(cluster, layout.compute_dtype, "matmul")  # fp8 training: FP8 GEMMs
         self._gemms = {  # per stage: weight, rows per token, count of each distinct GEMM (columns)
             sh.stage: tuple(np.asarray(x, dtype=np.float64)[:, None]
                             for x in (sh.gemm_weights, sh.gemm_rows_per_token, sh.gemm_counts))
@@ -368,7 +368,7 @@ class LayoutCosts:
     def resident_params(self, shard: StageShard) -> float:
         """Parameters of ``shard`` whose states live on one device under ZeRO (any stage >= 1)."""
         lay = self.layout
-        return shard.dense_params / lay.shard_degree + shard.expert_params / (lay.shard_degree // lay.ep)
+        return shard.dense_params / lay.shard_degree + shard.expert_params / lay.expert_shard_degree
 
     def weight_gather(self, shard: StageShard, compute_s: np.ndarray) -> Exposed:
         """ZeRO-3 all-gather (and/or CPU-offload upload) of the stage's weights for one pass of

@@ -127,8 +127,11 @@ def _attention_gemms(model: ModelSpec, tp: int, gemms: Gemms) -> None:
     _add(gemms, h * v * d)
 
 
-def _mlp_gemms(model: ModelSpec, layer: int, tp: int, ep: int, gemms: Gemms) -> None:
-    """One layer's MLP matmuls on one tp rank (the weights of :func:`_mlp`)."""
+def _mlp_gemms(model: ModelSpec, layer: int, tp: int, ep: int, gemms: Gemms, etp: int | None = None) -> None:
+    """One layer's MLP matmuls on one tp rank (the weights of :func:`_mlp`). Routed experts are
+    split ``etp`` ways (default ``tp``); with ``etp < tp`` each rank holds ``tp / etp`` times
+    wider expert shards for ``etp / tp`` of the routed rows (same FLOPs)."""
+    etp = tp if etp is None else etp
     d = model.hidden_size
     moe = model.moe
     if moe is None or not model.is_moe_layer(layer):
@@ -138,7 +141,8 @@ def _mlp_gemms(model: ModelSpec, layer: int, tp: int, ep: int, gemms: Gemms) -> 
     if moe.shared_expert_gate:
         _add(gemms, d)
     local = moe.num_experts / ep  # one grouped GEMM per projection over the local experts
-    _add(gemms, local * d * moe.expert_intermediate_size / tp, ep * moe.experts_per_token / moe.num_experts, count=3)
+    rows = ep * moe.experts_per_token / moe.num_experts * etp / tp
+    _add(gemms, local * d * moe.expert_intermediate_size / etp, rows, count=3)
     _add(gemms, d * moe.shared_intermediate_size / tp, count=3)
 
 
@@ -180,20 +184,23 @@ def _mlp(model: ModelSpec, layer: int, tp: int) -> tuple[float, float, int]:
 
 
 def stage_shards(
-    model: ModelSpec, tp: int, pp: int, ep: int, head: Head = "logprobs", sequence_parallel: bool = True
+    model: ModelSpec, tp: int, pp: int, ep: int, head: Head = "logprobs", sequence_parallel: bool = True,
+    etp: int | None = None,
 ) -> tuple[StageShard, ...]:
-    """Per-device shards of all ``pp`` stages (see the module docstring)."""
+    """Per-device shards of all ``pp`` stages (see the module docstring); routed experts are
+    split over ``ep x etp`` ranks (``etp`` default ``tp``)."""
+    etp = tp if etp is None else etp
     attn_params, attn_proj, attn_core, ring_kv = _attention(model, tp)
     attn_kernels = 5 if model.mla is not None else 4
     d, vocab = model.hidden_size, model.vocab_size
     shards = []
-    for st in stage_params(model, tp, pp, ep * tp):
+    for st in stage_params(model, tp, pp, ep * etp):
         params = io = elementwise = 0.0
         kernels = 0
         gemms: Gemms = {}
         for layer in st.layers:
             _attention_gemms(model, tp, gemms)
-            _mlp_gemms(model, layer, tp, ep, gemms)
+            _mlp_gemms(model, layer, tp, ep, gemms, etp)
             mlp_params, mlp_io, mlp_kernels = _mlp(model, layer, tp)
             params += attn_params + mlp_params
             io += attn_proj + mlp_io

@@ -66,11 +66,11 @@ def _engine_shard_params(model: ModelSpec, engine: EngineLayout) -> float:
 
 def _train_shard_params(model: ModelSpec, layout: TrainLayout) -> float:
     """Weights one GPU of the training layout holds (its fullest stage; ZeRO-3 shards them)."""
-    stages = stage_params(model, layout.tp, layout.pp, layout.ep * layout.tp)
+    stages = stage_params(model, layout.tp, layout.pp, layout.expert_shards)
     if layout.zero_stage < 3:
         return max(s.total_params for s in stages)
     n = layout.shard_degree
-    return max(s.dense_params / n + s.expert_params / (n // layout.ep) for s in stages)
+    return max(s.dense_params / n + s.expert_params / layout.expert_shard_degree for s in stages)
 
 
 def _gather_to_engine(

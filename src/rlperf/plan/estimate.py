@@ -19,13 +19,13 @@ The simulator then checks the best candidates (rlperf.plan.search); the estimate
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
 from rlperf.errors import SpecError
+from rlperf.modes import GenerationRounds, StepParts, mode_of
 from rlperf.plan.space import Candidate
 from rlperf.scenario import Scenario
 from rlperf.sim.costs import AnalyticCosts
@@ -57,15 +57,10 @@ class Estimator:
         self.g = sc.workload.group_size
         self._memo: dict[tuple[object, ...], object] = {}
         self.evaluations = 0  # component cost evaluations (cache misses)
-        algo = sc.algorithm
-        self.rounds = 1
-        mult = 1.0
-        if algo.dynamic_sampling:
-            mult = algo.gen_batch_multiplier
-            self.rounds = min(algo.max_gen_rounds, math.ceil(1.0 / (mult * sc.spec.algorithm.keep_rate) - 1e-9))
-        elif algo.oversample > 1:
-            mult = algo.oversample
-        gen_prompts = round(mult * self.n_prompts)
+        gen_rounds = GenerationRounds.of(sc.algorithm, sc.spec.algorithm.keep_rate)
+        self.gen_rounds = gen_rounds
+        self.rounds = gen_rounds.rounds
+        gen_prompts = gen_rounds.prompts_per_round(self.n_prompts)
         w = sc.workload if gen_prompts == self.n_prompts else sc.workload.model_copy(update={"prompts_per_step": gen_prompts})
         s = w.sample(0)
         p = np.asarray(s.prompt_tokens, np.int64)
@@ -144,8 +139,8 @@ class Estimator:
         size = {p.name: p.num_gpus for p in pools}
         gen_pool = assign["generate"]
         g_gen = size[gen_pool]
-        mode = plan.mode
-        budget = mode.token_budget if mode.kind == "partial_rollout" else None
+        mode = mode_of(plan.mode)
+        budget = mode.token_budget
         updates = sc.epochs * sc.minibatches
         stages = sc.algorithm.active_stages(updates)
         gen_s, tail_s = self.rollout(plan, g_gen, budget)
@@ -172,21 +167,19 @@ class Estimator:
         if same and plan.offload_between_phases:
             switch_s = self.switch(plan, g_gen, "rollout") + self.switch(plan, g_gen, "train")
         fwd_total = sum(fwd_by_pool.values())
-        if mode.fusion:
-            fused = 0.0
-            for pool, t in fwd_by_pool.items():
-                fused = max(fused, max(t / mode.fusion_chunks, t - tail_s) if pool == gen_pool else t / mode.fusion_chunks)
-            fwd_s = max(fused, cpu_s / mode.fusion_chunks)
+        if mode.fusion is not None and mode.allows_fusion and self.gen_rounds.allows_fusion:
+            fusion = mode.fusion
+            fused = max((fusion.hidden_forward_s(t, pool == gen_pool, tail_s) for pool, t in fwd_by_pool.items()), default=0.0)
+            fwd_s = max(fused, fusion.hidden_forward_s(cpu_s, False, tail_s))
         else:
             fwd_s = max(max(fwd_by_pool.values(), default=0.0), cpu_s)
         train_s = max(train_by_pool.values(), default=0.0)
         iteration = sync_s + switch_s + gen_s + fwd_s + train_s
-        s = mode.effective_staleness
-        step = iteration
-        if s > 0 and not same:
-            train_side = sync_s + sum(v for k, v in fwd_by_pool.items() if k != gen_pool) + train_s
-            gen_side = gen_s + sync_s + fwd_by_pool.get(gen_pool, 0.0)
-            step = max(gen_side, train_side, iteration / (s + 1))
+        shared = same and plan.offload_between_phases
+        s = mode.effective_staleness(shared)
+        train_side = sync_s + sum(v for k, v in fwd_by_pool.items() if k != gen_pool) + train_s
+        gen_side = gen_s + sync_s + fwd_by_pool.get(gen_pool, 0.0)
+        step = mode.compose_step(StepParts(iteration, gen_side, train_side, same))
         price = sc.cluster.accelerator.price_usd_per_hour
         cost = None if price is None else step * total * price / 3600.0
         return Estimate(step, total, cost, s, gen_s, fwd_total, train_s, sync_s, tail_s)

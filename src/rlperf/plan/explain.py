@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rlperf.errors import SpecError
+from rlperf.modes import GenerationRounds, mode_of
 from rlperf.scenario import Scenario
 from rlperf.sim.result import SimResult
 from rlperf.specs.plan import ExecutionMode, Placement, Plan
@@ -76,8 +77,10 @@ def variants(sc: Scenario) -> list[tuple[str, Plan]]:
     node = sc.cluster.gpus_per_node
     out: list[tuple[str, Plan]] = []
     split = plan.placement.kind != "colocated"
+    mode = mode_of(plan.mode)
+    rounds = GenerationRounds.of(sc.algorithm, sc.spec.algorithm.keep_rate)
     if split:
-        if plan.mode.effective_staleness == 0:
+        if mode.staleness == 0:
             out.append(("one-step off-policy (staleness 1)", plan.model_copy(update={"mode": ExecutionMode(kind="one_step_off")})))
             out.append(("async, staleness 2", plan.model_copy(update={"mode": ExecutionMode(kind="async", staleness=2)})))
         if plan.placement.kind == "disaggregated" and plan.placement.rollout_gpus is not None:
@@ -93,10 +96,10 @@ def variants(sc: Scenario) -> list[tuple[str, Plan]]:
             out.append((f"disaggregate {half}+{total - half}, one-step off-policy",
                         plan.model_copy(update={"placement": Placement(kind="disaggregated", rollout_gpus=half),
                                                 "mode": ExecutionMode(kind="one_step_off")})))
-    if not plan.mode.fusion and not (sc.algorithm.dynamic_sampling or sc.algorithm.oversample > 1) and plan.mode.kind != "partial_rollout":
+    if mode.fusion is None and rounds.allows_fusion and mode.allows_fusion:
         out.append(("stage fusion (stream finished samples into the forward passes)",
                     plan.model_copy(update={"mode": plan.mode.model_copy(update={"fusion": True})})))
-    if plan.mode.kind != "partial_rollout" and not sc.algorithm.dynamic_sampling:
+    if not mode.carries_unfinished and rounds.allows_partial_rollout:
         b = max(1, sc.workload.max_response_tokens // 2)
         out.append((f"partial rollout, budget {b} tokens/response/step",
                     plan.model_copy(update={"mode": ExecutionMode(kind="partial_rollout", token_budget=b)})))

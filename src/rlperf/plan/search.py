@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlperf.errors import SpecError
+from rlperf.modes import mode_of
 from rlperf.plan.estimate import Estimate, Estimator
 from rlperf.plan.space import Candidate, Rejected, SearchOptions, enumerate_candidates, framework_default_plans
 from rlperf.scenario import Scenario
@@ -26,15 +27,9 @@ from rlperf.specs.plan import Plan
 
 
 def sim_iterations(plan: Plan) -> tuple[int, int]:
-    """(warm-up, steady) iterations simulated per candidate. A synchronous step is in steady
-    state after one iteration; a pipelined loop with staleness s fills in s steps; partial
-    rollouts carry responses over for cap/budget steps (two here: the grid's budget is cap/2)."""
-    s = plan.mode.effective_staleness
-    if plan.mode.kind == "partial_rollout":
-        return 2, 2
-    if s == 0:
-        return 1, 1
-    return s + 1, 2
+    """(warm-up, steady) iterations simulated per candidate: the mode decides
+    (rlperf.modes.Mode.sim_iterations)."""
+    return mode_of(plan.mode).sim_iterations()
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rlperf.errors import SpecError
+from rlperf.modes import GenerationRounds
 from rlperf.scenario import Scenario
 from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout, check_train_layout
 from rlperf.specs.plan import ExecutionMode, Placement, Plan, Pool
@@ -149,14 +150,14 @@ def train_layouts(sc: Scenario) -> list[TrainLayout]:
 
 def modes(sc: Scenario, split: bool, opts: SearchOptions) -> list[tuple[ExecutionMode, str]]:
     out: list[tuple[ExecutionMode, str]] = [(ExecutionMode(kind="sync"), "sync")]
-    fusable = not (sc.algorithm.dynamic_sampling or sc.algorithm.oversample > 1)
-    if opts.allow_fusion and fusable:
+    rounds = GenerationRounds.of(sc.algorithm, sc.spec.algorithm.keep_rate)
+    if opts.allow_fusion and rounds.allows_fusion:
         out.append((ExecutionMode(kind="sync", fusion=True), "sync+fusion"))
     if split and opts.max_staleness >= 1:
         out.append((ExecutionMode(kind="one_step_off"), "one-step-off"))
         if opts.max_staleness >= 2:
             out.append((ExecutionMode(kind="async", staleness=2), "async s=2"))
-    if opts.allow_partial_rollout and opts.max_staleness >= 1 and not sc.algorithm.dynamic_sampling:
+    if opts.allow_partial_rollout and opts.max_staleness >= 1 and rounds.allows_partial_rollout:
         b = max(1, sc.workload.max_response_tokens // 2)
         out.append((ExecutionMode(kind="partial_rollout", token_budget=b), f"partial {b}"))
     return out

@@ -16,12 +16,12 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass(frozen=True)
 class Segment:
-    """A span on a timeline track (for the Chrome trace and utilization)."""
+    """A span on a timeline track (for the Chrome trace and utilization): ``[start_s, end_s)``
+    on ``gpus`` GPUs of iteration ``iteration``; ``args`` are extra numbers for the trace."""
 
     track: str  # e.g. "rollout/replica-3" or "train"
     name: str
@@ -34,7 +34,11 @@ class Segment:
 
 @dataclass(frozen=True)
 class TaskRun:
-    """What a task does once started: its duration, progressive releases and milestones."""
+    """What a task does once started: its duration, progressive releases and milestones.
+
+    A task granted ``g_p`` GPUs of pool ``p`` holds ``g_p - Σ released`` until ``duration_s``
+    and each released share from its offset on; milestones fire named events mid-run (a fusion
+    wave waits for "k responses finished")."""
 
     duration_s: float
     # (offset_s, pool, gpus) released before the end (e.g. replicas that finished early).
@@ -45,14 +49,21 @@ class TaskRun:
     payload: object = None
 
 
+# What a task runs once it starts: (start time, GPUs granted per pool) -> what it does.
+TaskFn = Callable[[float, dict[str, int]], TaskRun]
+
+
 @dataclass
 class Task:
+    """A node of the schedule: it starts once every event in ``deps`` has fired and every pool
+    in ``needs`` has at least its minimum free (elastic tasks take up to the maximum)."""
+
     name: str
     priority: tuple[int, ...]
     deps: tuple[str, ...]  # events that must have fired
     # pool -> (min GPUs, max GPUs). Elastic tasks get every free GPU up to max.
     needs: dict[str, tuple[int, int]]
-    run: Callable[[float, dict[str, int]], TaskRun]
+    run: TaskFn
     iteration: int = 0
     # Filled by the kernel.
     start_s: float = math.nan
@@ -61,15 +72,32 @@ class Task:
     result: TaskRun | None = None
 
 
+@dataclass(frozen=True)
+class _Release:
+    pool: str
+    gpus: int
+
+
+@dataclass(frozen=True)
+class _Finish:
+    task: Task
+    rest: dict[str, int]  # GPUs given back per pool at the end
+
+
+_HeapItem = _Release | str | _Finish  # a release, a named event, or a task's end
+
+
 class Kernel:
+    """The event loop: ``add`` tasks, then ``run``; ``fired`` maps each event (a task's name
+    once it finished, or a milestone) to its time; ``done`` lists finished tasks in order."""
+
     def __init__(self, pools: dict[str, int]) -> None:
         self.capacity = dict(pools)
         self.free = dict(pools)
         self.now = 0.0
         self._seq = 0
-        # (time, sequence, kind, data): kind "release" -> (pool, gpus), "event" -> name,
-        # "finish" -> (task, GPUs to give back per pool).
-        self._heap: list[tuple[float, int, str, Any]] = []
+        # (time, sequence, what): ties broken by insertion order (determinism).
+        self._heap: list[tuple[float, int, _HeapItem]] = []
         self.fired: dict[str, float] = {}
         self._waiting: list[Task] = []
         self.done: list[Task] = []
@@ -86,8 +114,8 @@ class Kernel:
     def task(self, name: str) -> Task:
         return self._by_name[name]
 
-    def _push(self, t: float, kind: str, data: Any) -> None:
-        heapq.heappush(self._heap, (t, self._seq, kind, data))
+    def _push(self, t: float, item: _HeapItem) -> None:
+        heapq.heappush(self._heap, (t, self._seq, item))
         self._seq += 1
 
     def _try_start(self) -> None:
@@ -111,13 +139,13 @@ class Kernel:
             for off, pool, g in run.releases:
                 assert 0 <= off <= run.duration_s + 1e-9
                 released[pool] = released.get(pool, 0) + g
-                self._push(self.now + off, "release", (pool, g))
+                self._push(self.now + off, _Release(pool, g))
             for pool, g in released.items():
                 assert g <= grant.get(pool, 0), (task.name, pool, g, grant)
             for off, event in run.milestones:
-                self._push(self.now + off, "event", event)
+                self._push(self.now + off, event)
             rest = {p: g - released.get(p, 0) for p, g in grant.items()}
-            self._push(task.end_s, "finish", (task, rest))
+            self._push(task.end_s, _Finish(task, rest))
             started.append(task)
         for task in started:
             self._waiting.remove(task)
@@ -125,21 +153,19 @@ class Kernel:
     def run(self, until_s: float = math.inf) -> None:
         self._try_start()
         while self._heap:
-            t, _, kind, data = heapq.heappop(self._heap)
+            t, _, item = heapq.heappop(self._heap)
             if t > until_s:
                 break
             self.now = t
-            if kind == "release":
-                pool, gpus = data
-                self.free[pool] += gpus
-            elif kind == "event":
-                self.fired.setdefault(str(data), t)
+            if isinstance(item, _Release):
+                self.free[item.pool] += item.gpus
+            elif isinstance(item, str):
+                self.fired.setdefault(item, t)
             else:
-                finished, rest = data
-                for p, g in rest.items():
+                for p, g in item.rest.items():
                     self.free[p] += g
-                self.fired[finished.name] = t
-                self.done.append(finished)
+                self.fired[item.task.name] = t
+                self.done.append(item.task)
             # Fire everything at the same instant before scheduling (determinism).
             if self._heap and self._heap[0][0] == t:
                 continue

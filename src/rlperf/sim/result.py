@@ -34,14 +34,69 @@ class PoolStats:
 
 @dataclass(frozen=True)
 class Bounds:
-    """Work-depth bounds for one steady-state step on ``num_gpus`` devices."""
+    """Work-depth lower bound of one steady-state step, for every execution mode.
 
-    work_s: float  # device-seconds of all stages of one iteration
-    depth_s: float  # longest dependency path of one iteration (unlimited devices)
+    ``T >= max( max_p W_p / P_p,  max_p Σ_{whole-pool stages on p} D_stage,  D_iter / (s+1) )``
+
+    Argument (Brent 1974 / Blelloch 1996 applied to a periodic schedule with period ``T``, one
+    update per period): (1) every period pool ``p`` performs one iteration's work ``W_p`` on its
+    ``P_p`` GPUs; (2) stages that hold all of a pool cannot overlap on it, and each takes at
+    least its depth; (3) in a loop with staleness ``s`` the weights of update ``i - 1 - s`` are
+    synced before rollout ``i`` starts, so update ``i`` ends at least ``D_iter`` after update
+    ``i - 1 - s``, i.e. ``(s + 1)·T >= D_iter``. ``D_iter`` is the longest path through the
+    stage graph weighted by depths (a fused stage counts only its shortest wave: the others
+    overlap the rollout). ``s`` is the *effective* staleness: an engine that sleeps on the
+    training GPUs wakes with the newest weights (``s = 0``). CPU stages count in ``D_iter``
+    only. Measured over a finite window the means hold up to the window's end effects.
+    """
+
+    work_s: float  # GPU device-seconds of all stages of one iteration (mean over the window)
+    depth_s: float  # D_iter: longest dependency path of one iteration (unlimited devices)
     num_gpus: int
-    staleness: int
-    lower_bound_s: float  # max(W/P, D/(staleness+1), max stage depth)
+    staleness: int  # s, the mode's effective staleness bound
+    lower_bound_s: float  # the max above
     ratio: float  # predicted step time / lower bound (>= 1 up to modelling slack)
+
+
+@dataclass(frozen=True)
+class StalenessDistribution:
+    """Policy lag of the trained responses: ``counts[k]`` responses were generated (started)
+    with the weights ``k`` updates older than the update that trains them. ``bound`` is the
+    mode's largest possible lag."""
+
+    counts: tuple[int, ...]
+    bound: int
+
+    @classmethod
+    def of(cls, staleness: tuple[int, ...], bound: int) -> StalenessDistribution:
+        top = max(staleness, default=0)
+        counts = [0] * (top + 1)
+        for s in staleness:
+            counts[s] += 1
+        return cls(tuple(counts), max(bound, top))
+
+    @property
+    def num_responses(self) -> int:
+        return sum(self.counts)
+
+    @property
+    def mean(self) -> float:
+        n = self.num_responses
+        return sum(k * c for k, c in enumerate(self.counts)) / n if n else 0.0
+
+    @property
+    def max(self) -> int:
+        return max((k for k, c in enumerate(self.counts) if c), default=0)
+
+    def share(self, lag: int) -> float:
+        """Fraction of responses with exactly ``lag`` updates of staleness."""
+        n = self.num_responses
+        return self.counts[lag] / n if n and 0 <= lag < len(self.counts) else 0.0
+
+    def summary(self) -> str:
+        """One line for reports: ``0: 62%, 1: 38% (mean 0.38, max 1)``."""
+        parts = ", ".join(f"{k}: {100 * self.share(k):.0f}%" for k, c in enumerate(self.counts) if c)
+        return f"{parts or 'none'} (mean {self.mean:.2f}, max {self.max})"
 
 
 @dataclass(frozen=True)
@@ -62,6 +117,7 @@ class SimResult:
     tokens_per_s: float
     tokens_per_s_per_gpu: float
     staleness: tuple[int, ...]  # per trained response (steady state), policy versions behind
+    staleness_distribution: StalenessDistribution
     cost_usd_per_step: float | None
     bounds: Bounds
     rollout_tail_s: float  # mean time per step the rollout spends in its last-10% tail

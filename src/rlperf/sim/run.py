@@ -46,6 +46,7 @@ def sim_config(sc: Scenario) -> SimConfig:
         iterations=sc.spec.simulation.iterations,
         warmup=sc.spec.simulation.warmup,
         price_usd_per_gpu_hour=price,
+        max_response_tokens=sc.workload.max_response_tokens,
     )
 
 

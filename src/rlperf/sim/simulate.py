@@ -16,6 +16,12 @@ Dynamic sampling (DAPO) runs generation in rounds of ``gen_batch_multiplier`` x 
 number, capped at ``max_gen_rounds``); oversampling (PRIME) generates ``oversample`` x prompts
 once and keeps the first share.
 
+The execution mode is an object (rlperf.modes): it says which weights rollout ``i`` waits for,
+whether unfinished requests carry over, whether forward passes fuse into the rollout, and how
+many iterations stay in flight. The simulator runs ``iterations`` measured iterations (the first
+``warmup`` of them excluded from results) plus the mode's drain iterations, so a pipelined loop
+keeps its rollout pool busy through the last measured step (steady state, not the end of a run).
+
 The simulation is deterministic: workload draws are seeded by (seed, iteration) and the kernel
 orders simultaneous events by insertion.
 """
@@ -26,17 +32,27 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
-
 import numpy as np
 
 from rlperf.algorithms.spec import AlgorithmSpec, StageDef
 from rlperf.errors import SpecError
+from rlperf.modes import GenerationRounds, mode_of
 from rlperf.sim.interface import RolloutBatch, RolloutOutcome, StageCosts
-from rlperf.sim.kernel import Kernel, Segment, Task, TaskRun
-from rlperf.sim.result import Bounds, PoolStats, SimResult, StageTime
+from rlperf.sim.kernel import Kernel, Segment, Task, TaskFn, TaskRun
+from rlperf.sim.result import Bounds, PoolStats, SimResult, StageTime, StalenessDistribution
+from rlperf.sim.rollout_state import RolloutState
 from rlperf.specs.plan import Plan
 from rlperf.stages.base import StageCost
+
+
+# Workload draws: (step, number of prompts) -> (prompt lengths (B,), response lengths (B, G)),
+# deterministic in ``step``.
+Sampler = Callable[[int, int], tuple[np.ndarray, np.ndarray]]
+
+
+def _instant(now: float, grant: dict[str, int]) -> TaskRun:
+    """A driver step or a join point: takes no time."""
+    return TaskRun(0.0)
 
 
 @dataclass(frozen=True)
@@ -49,7 +65,7 @@ class SimConfig:
     num_gpus: int
     prompts_per_step: int
     group_size: int
-    sample: Any  # callable(step: int, num_prompts: int) -> (prompt_tokens (B,), response_tokens (B, G))
+    sample: Sampler
     epochs: int = 1
     minibatches: int = 1
     keep_rate: float = 0.5  # dynamic sampling: expected share of groups kept per round
@@ -57,6 +73,7 @@ class SimConfig:
     iterations: int = 4
     warmup: int = 1
     price_usd_per_gpu_hour: float | None = None
+    max_response_tokens: int | None = None  # the length cap (None: the longest of the first draw)
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
@@ -80,6 +97,12 @@ class _Iter:
     stage_costs: dict[str, list[StageCost]] = field(default_factory=dict)
 
 
+def _no_work(name: str, gpus: int) -> StageCost:
+    """A pass over zero responses (no response finished this iteration, or an empty fusion
+    wave): nothing to compute."""
+    return StageCost(name, 0.0, max(gpus, 1), 0.0, 0.0)
+
+
 def _pool_key(stage: StageDef) -> str:
     if stage.kind == "generate":
         return "generate"
@@ -90,29 +113,41 @@ class Simulator:
     def __init__(self, cfg: SimConfig, costs: StageCosts) -> None:
         self.cfg = cfg
         self.costs = costs
-        self.staleness_bound = cfg.plan.mode.effective_staleness
+        self.mode = mode_of(cfg.plan.mode)
+        self.gen_rounds = GenerationRounds.of(cfg.algorithm, cfg.keep_rate)
+        self.rounds = self.gen_rounds.rounds
         self.pools, self.assign = cfg.plan.placement.resolve(cfg.num_gpus)
         self.pool_gpus = {p.name: p.num_gpus for p in self.pools}
         self.stages = cfg.algorithm.active_stages(cfg.epochs * cfg.minibatches)
-        self.iters = [_Iter() for _ in range(cfg.iterations)]
-        self.kernel = Kernel(self.pool_gpus)
-        self.carry: RolloutBatch | None = None  # unfinished responses (partial rollout)
-        self.carry_version: np.ndarray = np.zeros(0, dtype=np.int64)
-        self.version_synced = 0  # newest policy version on the rollout engine
-        self.task_pool: dict[str, str | None] = {}
-        self.task_stage: dict[str, str] = {}
-        self.rounds = 1
-        if cfg.algorithm.dynamic_sampling:
-            mult = cfg.algorithm.gen_batch_multiplier
-            self.rounds = min(cfg.algorithm.max_gen_rounds, math.ceil(1.0 / (mult * cfg.keep_rate) - 1e-9))
         self.colocated_switch = (
             cfg.plan.offload_between_phases and self.assign["generate"] == self.assign["actor"]
         )
+        # The engine sleeps while training on its GPUs; waking it loads the newest weights.
+        self.staleness_bound = self.mode.effective_staleness(self.colocated_switch)
+        self.budget = self.mode.token_budget
+        self.fusion = self.mode.fusion if self.mode.allows_fusion and self.gen_rounds.allows_fusion else None
+        # Measured iterations, then the drain that keeps the pipeline full (not reported).
+        self.num_iterations = cfg.iterations + self.mode.drain_iterations(self.colocated_switch)
+        self.iters = [_Iter() for _ in range(self.num_iterations)]
+        # Warm-up the mode needs before its loop is periodic, within the configured iterations.
+        cap = cfg.max_response_tokens or int(cfg.sample(0, cfg.prompts_per_step)[1].max(initial=1))
+        self.warmup_needed = self.mode.warmup_iterations(cap, self.colocated_switch)
+        self.warmup = max(cfg.warmup, min(self.warmup_needed, cfg.iterations - 1))
+        self.kernel = Kernel(self.pool_gpus)
+        self.engine = RolloutState()
+        self.task_pool: dict[str, str | None] = {}
+        self.task_stage: dict[str, str] = {}
+        self.fused_stages: set[str] = set()
         for key in ("generate", "actor"):
             need = costs.min_gpus(key)
             have = self.pool_gpus[self.assign[key]]
             if need > have:
                 raise SpecError(f"plan.placement ({key})", f"needs at least {need} GPUs, its pool has {have}")
+
+    @property
+    def carry(self) -> RolloutBatch | None:
+        """Unfinished responses carried to the next rollout call (partial rollout)."""
+        return self.engine.carry
 
     # ------------------------------------------------------------------ helpers
     def _need(self, key: str | None, elastic: bool = False) -> dict[str, tuple[int, int]]:
@@ -130,7 +165,7 @@ class Simulator:
         return {pool: (lo, n)}
 
     def _add(self, name: str, stage: str, prio: tuple[int, ...], deps: tuple[str, ...],
-             key: str | None, run: Any, it: int, elastic: bool = False) -> None:
+             key: str | None, run: TaskFn, it: int, elastic: bool = False) -> None:
         needs = self._need(key, elastic)
         self.kernel.add(Task(name, prio, deps, needs, run, it))
         self.task_pool[name] = next(iter(needs)) if needs else None
@@ -139,7 +174,7 @@ class Simulator:
     def _record(self, it: int, stage: str, cost: StageCost) -> None:
         self.iters[it].stage_costs.setdefault(stage, []).append(cost)
 
-    def _simple_run(self, it: int, stage: str, fn: Any) -> Any:
+    def _simple_run(self, it: int, stage: str, fn: Callable[[int], StageCost]) -> TaskFn:
         def run(now: float, grant: dict[str, int]) -> TaskRun:
             gpus = sum(grant.values())
             cost: StageCost = fn(gpus)
@@ -153,17 +188,13 @@ class Simulator:
     # ------------------------------------------------------------------ rollout
     def _new_requests(self, it: int, rnd: int) -> tuple[np.ndarray, np.ndarray]:
         cfg = self.cfg
-        prompts = cfg.prompts_per_step
-        if cfg.algorithm.dynamic_sampling:
-            prompts = round(cfg.algorithm.gen_batch_multiplier * prompts)
-        elif cfg.algorithm.oversample > 1:
-            prompts = round(cfg.algorithm.oversample * prompts)
+        prompts = self.gen_rounds.prompts_per_round(cfg.prompts_per_step)
         p, r = cfg.sample(it * 1000 + rnd, prompts)
         return np.asarray(p, dtype=np.int64), np.asarray(r, dtype=np.int64)
 
-    def _rollout_run(self, it: int, rnd: int, greedy: bool) -> Any:
-        cfg = self.cfg
-        budget = cfg.plan.mode.token_budget if cfg.plan.mode.kind == "partial_rollout" else None
+    def _rollout_run(self, it: int, rnd: int, greedy: bool) -> TaskFn:
+        budget = self.budget
+        engine = self.engine
 
         def run(now: float, grant: dict[str, int]) -> TaskRun:
             gpus = sum(grant.values())
@@ -172,23 +203,13 @@ class Simulator:
             p, r = self._new_requests(it, rnd)
             g = r.shape[1]
             if greedy:  # ReMax: one greedy response per prompt; its length follows the first sample
-                batch = RolloutBatch(p, r[:, 0].copy(), np.zeros(len(p), np.int64), np.arange(len(p), dtype=np.int64))
-                versions = np.full(len(p), self.version_synced, np.int64)
+                fresh = RolloutBatch(p, r[:, 0].copy(), np.zeros(len(p), np.int64), np.arange(len(p), dtype=np.int64))
             else:
-                batch = RolloutBatch(
+                fresh = RolloutBatch(
                     np.repeat(p, g), r.reshape(-1), np.zeros(r.size, np.int64), np.repeat(np.arange(len(p), dtype=np.int64), g)
                 )
-                versions = np.full(batch.num_requests, self.version_synced, np.int64)
-                if self.carry is not None and self.carry.num_requests:
-                    c = self.carry
-                    offset = int(batch.group_ids.max(initial=-1)) + 1
-                    batch = RolloutBatch(
-                        np.concatenate([c.prompt_tokens, batch.prompt_tokens]),
-                        np.concatenate([c.target_tokens, batch.target_tokens]),
-                        np.concatenate([c.generated_tokens, batch.generated_tokens]),
-                        np.concatenate([c.group_ids + offset, batch.group_ids]),
-                    )
-                    versions = np.concatenate([self.carry_version, versions])
+            carry_over = budget is not None and not greedy
+            batch, versions = engine.admit(fresh, carry_over)
             before = int(batch.generated_tokens.sum())
             out: RolloutOutcome = self.costs.rollout(batch, gpus, budget)
             assert out.generated_tokens.shape == batch.target_tokens.shape
@@ -196,16 +217,8 @@ class Simulator:
             state.generated_tokens += float(out.generated_tokens.sum() - before)
             self._record(it, "generate_greedy" if greedy else "generate", out.cost)
             state.tail_s += out.tail_s
-            finished = out.generated_tokens >= batch.target_tokens
+            finished = engine.settle(batch, out, versions, carry_over)
             if not greedy:
-                if budget is not None:
-                    keep = ~finished
-                    self.carry = RolloutBatch(
-                        batch.prompt_tokens[keep], batch.target_tokens[keep], out.generated_tokens[keep], batch.group_ids[keep]
-                    )
-                    self.carry_version = versions[keep]
-                else:
-                    assert finished.all(), "rollout without a budget must finish every request"
                 self._collect(it, rnd, batch, out, finished, versions)
             duration = out.cost.time_s
             releases = tuple(
@@ -232,7 +245,7 @@ class Simulator:
         ver = versions[finished]
         cfg = self.cfg
         want = cfg.prompts_per_step * cfg.group_size
-        if cfg.algorithm.dynamic_sampling or cfg.algorithm.oversample > 1:
+        if self.gen_rounds.filters:
             # Kept groups: the first ones generated (filtering keeps whole groups; which ones is
             # decided by rewards, which the performance model does not know, so take them in order).
             prev = state.kept_seq_tokens
@@ -248,34 +261,28 @@ class Simulator:
         state.staleness.extend(int(it - v) for v in ver)
 
     def _milestones(self, it: int, rnd: int, out: RolloutOutcome) -> tuple[tuple[float, str], ...]:
-        mode = self.cfg.plan.mode
-        if not (mode.fusion and self._fusable()) or rnd != self.rounds - 1:
+        if self.fusion is None or rnd != self.rounds - 1:
             return ()
+        waves = self.fusion.waves
         fin = np.sort(out.finish_s[np.isfinite(out.finish_s)])
         if len(fin) == 0:
-            return tuple((out.cost.time_s, f"gen#{it}:chunk{c}") for c in range(mode.fusion_chunks))
+            return tuple((out.cost.time_s, f"gen#{it}:chunk{c}") for c in range(waves))
         ms = []
-        for c in range(mode.fusion_chunks):
-            k = math.ceil((c + 1) * len(fin) / mode.fusion_chunks) - 1
+        for c in range(waves):
+            k = math.ceil((c + 1) * len(fin) / waves) - 1
             ms.append((float(min(fin[k], out.cost.time_s)), f"gen#{it}:chunk{c}"))
         return tuple(ms)
 
-    def _fusable(self) -> bool:
-        a = self.cfg.algorithm
-        return not (a.dynamic_sampling or a.oversample > 1) and self.cfg.plan.mode.kind != "partial_rollout"
-
     # ------------------------------------------------------------------ graph
     def build(self) -> None:
-        cfg = self.cfg
         gen_pool = self.assign["generate"]
         actor_pool = self.assign["actor"]
-        s = self.staleness_bound
-        for it in range(cfg.iterations):
+        for it in range(self.num_iterations):
             # Weights of version ``it`` reach the rollout engine after update ``it - 1``.
             if it >= 1:
                 self._add_sync(it, gen_pool, actor_pool)
             gen_deps: tuple[str, ...] = ()
-            v_needed = it - s
+            v_needed = self.mode.weights_for_rollout(it, self.colocated_switch)
             if v_needed >= 1:
                 gen_deps = (f"sync#{v_needed}",)
             for order, st in enumerate(self.stages):
@@ -296,7 +303,7 @@ class Simulator:
             else:
                 cost = self.costs.weight_sync(self.pool_gpus[gen_pool], self.pool_gpus[actor_pool], same)
             self._record(it, "weight_sync", cost)
-            self.version_synced = max(self.version_synced, v)
+            self.engine.synced(v)
             segs = tuple(Segment(p, "weight_sync", now, now + cost.time_s, g, it) for p, g in grant.items())
             return TaskRun(duration_s=cost.time_s, segments=segs)
 
@@ -308,7 +315,6 @@ class Simulator:
         self.task_stage[f"sync#{v}"] = "weight_sync"
 
     def _add_stage(self, it: int, order: int, st: StageDef, gen_deps: tuple[str, ...]) -> None:
-        cfg = self.cfg
         prio = (it, 1 + order)
         name = f"{st.name}#{it}"
         deps = tuple(f"{d}#{it}" for d in st.deps)
@@ -323,14 +329,14 @@ class Simulator:
                 self._add(tname, st.name, prio + (rnd,), rdeps, "generate", self._rollout_run(it, rnd, greedy), it)
                 if rnd < rounds - 1:
                     self._add(f"reward#{it}.r{rnd}", "reward", (it, 1 + order, rnd, 1), (tname,),
-                              self._reward_key(), self._simple_run(it, "reward", lambda g, it=it, rnd=rnd: self._reward_cost(it, g)), it)
+                              self._reward_key(), self._simple_run(it, "reward", partial(self._reward_cost, it)), it)
             if self.colocated_switch and not greedy:
                 # Colocated: after the rollout, free the engine and onload training states.
                 self._add(f"to_train#{it}", "phase_switch", prio + (99,), (name,), "actor",
                           self._simple_run(it, "phase_switch", lambda g: self.costs.phase_switch(g, "train")), it)
             return
         if st.kind == "driver":
-            self._add(name, st.name, prio, deps, None, lambda now, grant: TaskRun(0.0), it)
+            self._add(name, st.name, prio, deps, None, _instant, it)
             return
         extra: tuple[str, ...] = ()
         if self.colocated_switch and self.assign[_pool_key(st)] == self.assign["generate"]:
@@ -344,26 +350,27 @@ class Simulator:
             fn = partial(self._pass_cost, self.costs.forward, it, st)
         else:
             fn = partial(self._pass_cost, self.costs.train, it, st)
-        fused = (
-            cfg.plan.mode.fusion and self._fusable() and st.kind in ("forward", "reward") and set(st.deps) <= {"generate"}
-        )
-        if not fused:
+        fused = self.fusion is not None and st.kind in ("forward", "reward") and set(st.deps) <= {"generate"}
+        if self.fusion is None or not fused:
             self._add(name, st.name, prio, deps + extra, key, self._simple_run(it, st.name, fn), it)
             return
-        chunks = cfg.plan.mode.fusion_chunks
+        self.fused_stages.add(st.name)
+        chunks = self.fusion.waves
         for c in range(chunks):
-            cfn = (
-                (lambda g, it=it, c=c: self._reward_cost(it, g, c))
-                if st.kind == "reward"
-                else (lambda g, it=it, st=st, c=c: self.costs.forward(st.role, self._kept(it, c), g, st.name))
+            cfn: Callable[[int], StageCost] = (
+                partial(self._reward_cost, it, chunk=c) if st.kind == "reward" else partial(self._pass_cost, self.costs.forward, it, st, chunk=c)
             )
             self._add(f"{name}.c{c}", st.name, prio + (c,), (f"gen#{it}:chunk{c}",), key,
                       self._simple_run(it, st.name, cfn), it, elastic=True)
         self._add(name, st.name, prio + (chunks,), tuple(f"{name}.c{c}" for c in range(chunks)), None,
-                  lambda now, grant: TaskRun(0.0), it)
+                  _instant, it)
 
-    def _pass_cost(self, cost: Callable[[str, np.ndarray, int, str], StageCost], it: int, st: StageDef, gpus: int) -> StageCost:
-        return cost(st.role, self._kept(it), gpus, st.name)
+    def _pass_cost(self, cost: Callable[[str, np.ndarray, int, str], StageCost], it: int, st: StageDef, gpus: int,
+                   chunk: int | None = None) -> StageCost:
+        seq = self._kept(it, chunk)
+        if len(seq) == 0:
+            return _no_work(st.name, gpus)
+        return cost(st.role, seq, gpus, st.name)
 
     def _reward_key(self) -> str | None:
         return "reward_model" if self.cfg.reward_on_gpu else None
@@ -371,17 +378,18 @@ class Simulator:
     def _reward_cost(self, it: int, gpus: int, chunk: int | None = None) -> StageCost:
         # The reward scores everything generated (incl. responses later filtered out).
         st = self.iters[it]
-        if chunk is None and st.round_seq_tokens is not None:
-            return self.costs.reward(st.round_seq_tokens, gpus)
-        return self.costs.reward(self._kept(it, chunk), gpus)
+        seq = st.round_seq_tokens if chunk is None and st.round_seq_tokens is not None else self._kept(it, chunk)
+        if len(seq) == 0:
+            return _no_work("reward", gpus)
+        return self.costs.reward(seq, gpus)
 
     def _kept(self, it: int, chunk: int | None = None) -> np.ndarray:
         st = self.iters[it]
         assert st.kept_seq_tokens is not None, f"iteration {it}: no rollout data yet"
         if chunk is None:
             return st.kept_seq_tokens
-        assert st.kept_order is not None
-        parts = np.array_split(st.kept_order, self.cfg.plan.mode.fusion_chunks)
+        assert st.kept_order is not None and self.fusion is not None
+        parts = np.array_split(st.kept_order, self.fusion.waves)
         chunk_tokens: np.ndarray = st.kept_seq_tokens[parts[chunk]]
         return chunk_tokens
 
@@ -396,12 +404,12 @@ class Simulator:
         k = self.kernel
         ends = [k.task(f"actor_update#{i}").end_s for i in range(cfg.iterations)]
         step_times = tuple(float(e - (ends[i - 1] if i else 0.0)) for i, e in enumerate(ends))
-        w0 = ends[cfg.warmup - 1] if cfg.warmup else 0.0
+        w0 = ends[self.warmup - 1] if self.warmup else 0.0
         w1 = ends[-1]
-        steps = cfg.iterations - cfg.warmup
+        steps = cfg.iterations - self.warmup
         step_time = (w1 - w0) / steps
 
-        steady = range(cfg.warmup, cfg.iterations)
+        steady = range(self.warmup, cfg.iterations)
         stage_rows: list[StageTime] = []
         names: list[str] = []
         for it in steady:
@@ -416,7 +424,9 @@ class Simulator:
             durs: list[float] = []
             costs: list[StageCost] = []
             for it in steady:
-                durs.append(sum(t.end_s - t.start_s for t in k.done if t.iteration == it and self.task_stage.get(t.name) == n))
+                # Wall time of the stage: the union of its tasks' spans (fusion waves overlap).
+                durs.append(_union_length([(t.start_s, t.end_s) for t in k.done
+                                           if t.iteration == it and self.task_stage.get(t.name) == n]))
                 costs.extend(self.iters[it].stage_costs.get(n, []))
             stage_rows.append(StageTime(
                 name=n,
@@ -437,19 +447,22 @@ class Simulator:
         staleness = tuple(s for it in steady for s in self.iters[it].staleness)
         price = cfg.price_usd_per_gpu_hour
         cost = None if price is None else step_time * cfg.num_gpus * price / 3600.0
-        bounds = self._bounds(step_time, stage_rows)
+        bounds = self._bounds(step_time, steady)
         segments = tuple(seg for t in sorted(k.done, key=lambda t: (t.start_s, t.name)) if t.result for seg in t.result.segments)
         notes: list[str] = []
         if self.rounds > 1:
             notes.append(f"dynamic sampling: {self.rounds} generation rounds per step (keep rate {cfg.keep_rate})")
+        if self.warmup_needed > self.warmup:
+            notes.append(f"{self.mode.label} settles after {self.warmup_needed} warm-up iterations; "
+                         f"{cfg.iterations} simulated are too few for a steady state")
         return SimResult(
             scenario=cfg.name,
             algorithm=cfg.algorithm.name,
             placement=cfg.plan.placement.kind,
-            mode=cfg.plan.mode.kind + (" + fusion" if cfg.plan.mode.fusion else ""),
+            mode=cfg.plan.mode.kind + (" + fusion" if self.fusion is not None else ""),
             num_gpus=cfg.num_gpus,
             iterations=cfg.iterations,
-            warmup=cfg.warmup,
+            warmup=self.warmup,
             step_time_s=step_time,
             step_times_s=step_times,
             stages=tuple(stage_rows),
@@ -459,6 +472,7 @@ class Simulator:
             tokens_per_s=tokens_per_step / step_time if step_time > 0 else 0.0,
             tokens_per_s_per_gpu=tokens_per_step / step_time / cfg.num_gpus if step_time > 0 else 0.0,
             staleness=staleness,
+            staleness_distribution=StalenessDistribution.of(staleness, self.mode.staleness_bound(self._max_response())),
             cost_usd_per_step=cost,
             bounds=bounds,
             rollout_tail_s=float(np.mean([self.iters[it].tail_s for it in steady])),
@@ -510,19 +524,72 @@ class Simulator:
             peak = max(peak, self.costs.engine_memory_bytes(self.pool_gpus[pool]))
         return PoolStats(pool, gpus, float(min(util, 1.0)), idle, peak, self.costs.hbm_bytes())
 
-    def _bounds(self, step_time: float, stages: list[StageTime]) -> Bounds:
-        # Depth of one iteration: the longest path through the stage DAG, each stage weighted by
-        # its depth (critical path with unlimited devices), plus the weight sync that precedes it.
-        depth = {s.name: s.depth_s for s in stages}
+    def _max_response(self) -> int:
+        """Longest response drawn in the run (for the staleness bound of partial rollouts)."""
+        longest = [int(c.target_tokens.max(initial=0)) for c in (self.engine.carry,) if c is not None]
+        for st in self.iters:
+            if st.kept_seq_tokens is not None and len(st.kept_seq_tokens):
+                longest.append(int(st.kept_seq_tokens.max()))
+        return max(longest, default=0)
+
+    def _bounds(self, step_time: float, steady: range) -> Bounds:
+        """Work-depth lower bound of a steady-state step; see :class:`rlperf.sim.result.Bounds`
+        for the argument. Per iteration ``i`` of the window (means over the window):
+
+        - ``W_p / P_p`` for every pool ``p``: the pool does one iteration's work per step;
+        - ``Σ D_stage`` over the stages holding all of pool ``p``: they serialize on it;
+        - ``D_iter / (s + 1)``: update ``i`` ends at least ``D_iter`` after update ``i-1-s``
+          (the sync of version ``i - s`` waits for it, rollout ``i`` for the sync, update ``i``
+          for the rollout), ``s`` the mode's effective staleness.
+        """
+        steps = len(steady)
+
+        def chain_depth(n: str) -> float:
+            # A fused stage runs in waves on GPUs the rollout frees; only its last wave is
+            # certain to start after the rollout's last response: count the shortest wave.
+            pick = min if n in self.fused_stages else sum
+            return sum(pick([c.depth_s for c in self.iters[it].stage_costs.get(n, [])] or [0.0]) for it in steady) / steps
+
         longest: dict[str, float] = {}
         for st in self.stages:
-            base = max((longest.get(d, 0.0) for d in st.deps), default=depth.get("weight_sync", 0.0))
-            longest[st.name] = base + depth.get(st.name, 0.0)
+            base = max((longest.get(d, 0.0) for d in st.deps), default=chain_depth("weight_sync"))
+            longest[st.name] = base + chain_depth(st.name)
         path = max(longest.values(), default=0.0)
-        work = sum(s.work_s for s in stages if s.pool != "cpu")  # GPU device-seconds only
-        p = self.cfg.num_gpus
-        lb = max(work / p, path / (self.staleness_bound + 1), max((s.depth_s for s in stages), default=0.0))
-        return Bounds(work, path, p, self.staleness_bound, lb, step_time / lb if lb > 0 else math.inf)
+        work_by_pool: dict[str, float] = {}
+        serial_by_pool: dict[str, float] = {}
+        for it in steady:
+            for n, cs in self.iters[it].stage_costs.items():
+                pool = self._stage_pool(n)
+                if pool is None:  # CPU stages: not GPU work
+                    continue
+                work_by_pool[pool] = work_by_pool.get(pool, 0.0) + sum(c.work_s for c in cs) / steps
+                if n not in self.fused_stages:  # whole-pool tasks serialize on their pool
+                    serial_by_pool[pool] = serial_by_pool.get(pool, 0.0) + sum(c.depth_s for c in cs) / steps
+        work = sum(work_by_pool.values())
+        s = self.staleness_bound
+        lb = max(
+            max((w / self.pool_gpus[p] for p, w in work_by_pool.items()), default=0.0),
+            max(serial_by_pool.values(), default=0.0),
+            path / (s + 1),
+        )
+        return Bounds(work, path, self.cfg.num_gpus, s, lb, step_time / lb if lb > 0 else math.inf)
+
+    def _stage_pool(self, stage: str) -> str | None:
+        for t, p in self.task_pool.items():
+            if self.task_stage[t] == stage and p is not None:
+                return p
+        return None
+
+
+def _union_length(spans: list[tuple[float, float]]) -> float:
+    """Total length covered by a set of intervals."""
+    total, end = 0.0, -math.inf
+    for a, b in sorted(spans):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
 
 
 def simulate(cfg: SimConfig, costs: StageCosts) -> SimResult:

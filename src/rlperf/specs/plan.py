@@ -99,11 +99,10 @@ class ExecutionMode(Spec):
 
     @property
     def effective_staleness(self) -> int:
-        if self.kind == "sync":
-            return 0
-        if self.kind == "one_step_off":
-            return 1
-        return self.staleness
+        """The staleness bound of the mode on split pools (see rlperf.modes.Mode)."""
+        from rlperf.modes import mode_of
+
+        return mode_of(self).staleness
 
 
 class Plan(Spec):

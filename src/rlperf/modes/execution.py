@@ -1,0 +1,204 @@
+"""Execution modes as objects: how rollouts wait for weights, how finished samples reach
+training, what happens to unfinished requests, and how staleness is counted.
+
+A mode answers four questions the simulator, the fast estimate, the explanation and the plan
+space ask (instead of testing ``mode.kind`` strings):
+
+1. **Which weights may a rollout use?** Rollout ``i`` (the batch trained by update ``i``) waits
+   for the weights of version ``v(i) = max(0, i - s)``, i.e. for the sync that follows update
+   ``i - 1 - s``; ``s`` is the staleness bound (0 = synchronous, 1 = one-step off-policy,
+   ``s`` = bounded asynchronous; Noukhovitch et al. 2024, AReaL's ``max_head_offpolicyness``,
+   verl fully_async ``staleness_threshold``). On one pool whose engine is put to sleep for
+   training (offload between phases, verl's hybrid engine) waking the engine loads the newest
+   weights, so ``v(i) = i`` whatever the bound: the GPUs serialize and there is nothing to
+   overlap.
+2. **What happens to unfinished requests?** Unbounded modes run each request to its end;
+   partial rollout (Kimi k1.5) generates at most ``β`` new tokens per response per rollout
+   call and carries the rest over, so a response trained at update ``i`` may have been started
+   ``⌈L_r/β⌉ - 1`` updates earlier.
+3. **How many iterations are in flight?** A pipelined loop fills in ``s`` iterations
+   (warm-up) and, at the end of a finite run, the rollout pool stops generating ``s`` batches
+   ahead (drain). Steady-state results exclude both: the simulator runs ``s`` extra
+   iterations after the measured window, so the rollout pool is as busy in the last measured
+   step as in any other.
+4. **How are stages composed in closed form?** ``T_sync = Σ stages on the critical path``;
+   a pipelined loop on split pools runs at ``max(rollout side, training side, T_sync/(s+1))``
+   (the work-depth bound of a loop with ``s + 1`` iterations in flight).
+
+Stage fusion (RLHFuse, StreamRL) is a property of a mode, not a mode: forward-only passes run
+in ``k`` waves on the responses finished so far (see :class:`Fusion`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rlperf.specs.plan import ExecutionMode
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """Stage fusion in ``waves`` waves: wave ``c`` starts when ``⌈(c+1)·n/waves⌉`` of the ``n``
+    responses have finished; forward passes hide behind the rollout except the last wave."""
+
+    waves: int
+
+    def hidden_forward_s(self, forward_s: float, on_rollout_pool: bool, rollout_tail_s: float) -> float:
+        """Closed form of the forward time left on the critical path: on a separate pool only
+        the last wave (``F / waves``); on the rollout's own pool the waves fit into the GPUs the
+        tail frees, at most the tail's length (``max(F / waves, F - tail)``)."""
+        if on_rollout_pool:
+            return max(forward_s / self.waves, forward_s - rollout_tail_s)
+        return forward_s / self.waves
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """Closed-form pieces of one step, for :meth:`Mode.compose_step`."""
+
+    iteration_s: float  # the whole iteration, stages on one path (synchronous step)
+    rollout_side_s: float  # per step on the rollout pool (generate + sync + its forward passes)
+    train_side_s: float  # per step on the training pool(s)
+    shared_pool: bool  # rollout and actor training on the same GPUs
+
+
+@dataclass(frozen=True)
+class Mode:
+    """Base of every execution mode (synchronous behaviour); subclasses override what differs."""
+
+    spec: ExecutionMode
+    staleness: int = 0
+    fusion: Fusion | None = None
+
+    # ---------------------------------------------------------------- identity
+    @property
+    def label(self) -> str:
+        """Short human name (``sync``, ``async s=2``, ``partial 1536`` ...) with ``+fusion``."""
+        return self._label() + ("+fusion" if self.fusion is not None else "")
+
+    def _label(self) -> str:
+        return "sync"
+
+    # ---------------------------------------------------------------- rollout
+    def weights_for_rollout(self, iteration: int, shared_engine: bool) -> int:
+        """Policy version rollout ``iteration`` waits for (0: the initial weights, no wait).
+        ``shared_engine``: the engine sleeps while training on the same GPUs, and waking it
+        loads the newest weights, so a shared engine is always synchronous."""
+        if shared_engine:
+            return iteration
+        return max(0, iteration - self.staleness)
+
+    def effective_staleness(self, shared_engine: bool) -> int:
+        """Bound on policy versions between a batch's weights and the update that trains it,
+        for rollouts that start and finish in one call."""
+        return 0 if shared_engine else self.staleness
+
+    @property
+    def token_budget(self) -> int | None:
+        """New tokens per response per rollout call (None: run every request to its end)."""
+        return None
+
+    @property
+    def carries_unfinished(self) -> bool:
+        """Unfinished requests continue in the next rollout call (their KV is re-prefilled)."""
+        return self.token_budget is not None
+
+    def staleness_bound(self, max_response_tokens: int) -> int:
+        """Largest policy lag any trained response can have (partial rollouts add the calls a
+        response of the cap needs)."""
+        return self.staleness
+
+    @property
+    def allows_fusion(self) -> bool:
+        """Fusion waves follow the completion order of one rollout call; a partial rollout
+        mixes carried responses in and is not fused."""
+        return True
+
+    # ---------------------------------------------------------------- simulation length
+    def drain_iterations(self, shared_engine: bool) -> int:
+        """Iterations simulated after the measured window so the pipeline stays full."""
+        return self.effective_staleness(shared_engine)
+
+    def warmup_iterations(self, max_response_tokens: int, shared_engine: bool) -> int:
+        """Iterations before the loop is periodic: a pipeline fills in ``s`` iterations."""
+        return self.effective_staleness(shared_engine)
+
+    def sim_iterations(self) -> tuple[int, int]:
+        """(warm-up, measured) iterations the planner simulates per candidate: a synchronous
+        step is steady after one iteration; a pipelined loop fills in ``s`` steps."""
+        if self.staleness == 0:
+            return 1, 1
+        return self.staleness + 1, 2
+
+    # ---------------------------------------------------------------- closed forms
+    def compose_step(self, parts: StepParts) -> float:
+        """Closed-form steady-state step time (the estimate ranks plans with it)."""
+        s = self.effective_staleness(parts.shared_pool)
+        if s == 0 or parts.shared_pool:
+            return parts.iteration_s
+        return max(parts.rollout_side_s, parts.train_side_s, parts.iteration_s / (s + 1))
+
+
+@dataclass(frozen=True)
+class Sync(Mode):
+    """Every rollout uses the weights of the previous update (on-policy)."""
+
+
+@dataclass(frozen=True)
+class OneStepOff(Mode):
+    """Rollout ``i + 1`` overlaps update ``i`` (verl one-step-off, OpenRLHF async queue of 1)."""
+
+    def _label(self) -> str:
+        return "one-step-off"
+
+
+@dataclass(frozen=True)
+class BoundedAsync(Mode):
+    """Rollouts run up to ``s`` versions ahead of training (AReaL, verl fully_async)."""
+
+    def _label(self) -> str:
+        return f"async s={self.staleness}"
+
+
+@dataclass(frozen=True)
+class PartialRollout(Mode):
+    """Each response generates at most ``budget`` tokens per rollout call; unfinished responses
+    are carried to the next call with their KV re-prefilled (Kimi k1.5)."""
+
+    budget: int = 1
+
+    def _label(self) -> str:
+        return f"partial {self.budget}"
+
+    @property
+    def token_budget(self) -> int | None:
+        return self.budget
+
+    @property
+    def allows_fusion(self) -> bool:
+        return False
+
+    def staleness_bound(self, max_response_tokens: int) -> int:
+        return self.staleness + max(0, math.ceil(max_response_tokens / self.budget) - 1)
+
+    def warmup_iterations(self, max_response_tokens: int, shared_engine: bool) -> int:
+        # The carried requests settle once a response of the cap has had its ⌈cap/β⌉ calls.
+        return self.staleness_bound(max_response_tokens)
+
+    def sim_iterations(self) -> tuple[int, int]:
+        # Responses are carried over for cap/budget calls (two in the planner's grid).
+        return 2, 2
+
+
+def mode_of(spec: ExecutionMode) -> Mode:
+    """The behaviour of a validated mode spec (the one place that reads ``spec.kind``)."""
+    fusion = Fusion(spec.fusion_chunks) if spec.fusion else None
+    if spec.kind == "one_step_off":
+        return OneStepOff(spec, 1, fusion)
+    if spec.kind == "async":
+        return BoundedAsync(spec, spec.staleness, fusion) if spec.staleness else Sync(spec, 0, fusion)
+    if spec.kind == "partial_rollout":
+        assert spec.token_budget is not None
+        return PartialRollout(spec, spec.staleness, None, spec.token_budget)
+    return Sync(spec, 0, fusion)

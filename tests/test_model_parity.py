@@ -102,6 +102,10 @@ META_CASES = [
     ("Qwen3-30B-A3B", {"num_hidden_layers": 2}),  # 128 experts, top-8
     ("Mixtral-8x7B-v0.1", {"num_hidden_layers": 2}),  # 8 experts, top-2
     ("DeepSeek-R1", {"num_hidden_layers": 2, "first_k_dense_replace": 1}),  # MLA, shared expert
+    ("gpt2", {}),  # plain gelu_new MLP, LayerNorm, learned positions, fused qkv (Conv1D), tied
+    ("pythia-1.4b", {"num_hidden_layers": 2}),  # parallel residual, partial rotary, untied
+    ("opt-350m", {"num_hidden_layers": 2}),  # relu, post-norm, project_in/out, offset positions
+    ("opt-1.3b", {"num_hidden_layers": 2}),  # pre-norm, final norm
 ]
 
 SMALL = {"num_hidden_layers": 2, "vocab_size": 2048, "num_attention_heads": 4}

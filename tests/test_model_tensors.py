@@ -46,7 +46,8 @@ def checkpoint_tensors(cfg: dict[str, Any]) -> int:
     return count
 
 
-@pytest.mark.parametrize("name", ["Qwen2.5-Math-7B", "Qwen3-8B", "Qwen3-30B-A3B", "Mixtral-8x7B-v0.1", "DeepSeek-R1"])
+@pytest.mark.parametrize("name", ["Qwen2.5-Math-7B", "Qwen3-8B", "Qwen3-30B-A3B", "Mixtral-8x7B-v0.1", "DeepSeek-R1",
+                                  "gpt2", "pythia-1.4b", "opt-350m", "opt-1.3b"])
 def test_catalog_tensor_count_equals_transformers(name: str) -> None:
     cfg = load_config(name)
     assert ModelSpec.from_hf_config(cfg, name).num_weight_tensors == checkpoint_tensors(cfg)

@@ -10,7 +10,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from rlperf.specs.hf_config import SUPPORTED_TYPES
+from rlperf.specs.hf_config import LLAMA_LIKE_TYPES
 
 
 @st.composite
@@ -59,8 +59,8 @@ def _mla_keys(draw: st.DrawFn, max_dim: int) -> dict[str, Any]:
 
 @st.composite
 def hf_configs(draw: st.DrawFn, max_dim: int = 64, max_layers: int = 3) -> dict[str, Any]:
-    """A valid config.json dict of any supported ``model_type``."""
-    mtype = draw(st.sampled_from(SUPPORTED_TYPES))
+    """A valid config.json dict of any Llama-style ``model_type``."""
+    mtype = draw(st.sampled_from(LLAMA_LIKE_TYPES))
     kv_heads = draw(st.integers(1, 4))
     heads = kv_heads * draw(st.integers(1, 3))
     head_dim = 2 * draw(st.integers(1, max(1, max_dim // 8)))

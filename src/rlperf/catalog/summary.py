@@ -34,6 +34,7 @@ class ModelSummary:
     intermediate_size: int
     vocab_size: int
     tie_word_embeddings: bool
+    blocks: str  # MLP, norm and position kinds in words (ModelSpec.blocks_text)
     num_experts: int  # 0 for dense models
     experts_per_token: int
     num_params: int
@@ -86,6 +87,7 @@ def summarize(spec: ModelSpec, lengths: tuple[int, ...] = DEFAULT_LENGTHS) -> Mo
         intermediate_size=spec.intermediate_size,
         vocab_size=spec.vocab_size,
         tie_word_embeddings=spec.tie_word_embeddings,
+        blocks=spec.blocks_text,
         num_experts=moe.num_experts if moe else 0,
         experts_per_token=moe.experts_per_token if moe else 0,
         num_params=spec.num_params,

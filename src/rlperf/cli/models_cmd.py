@@ -92,7 +92,7 @@ def _shape_line(s: ModelSummary, asked: str) -> str:
         head += f" [dim]aliases: {', '.join(alias)}[/dim]"
     return (
         f"{head}\n{s.num_layers} layers, hidden {s.hidden_size}, heads {s.num_heads}/{s.num_kv_heads} "
-        f"x {s.head_dim}, ffn {s.intermediate_size}, vocab {s.vocab_size}{moe}{tied}"
+        f"x {s.head_dim}, ffn {s.intermediate_size}, vocab {s.vocab_size}{moe}{tied}\n{s.blocks}"
     )
 
 

@@ -24,7 +24,9 @@ MoE layer (``E`` experts, ``k`` per token, expert width ``f_e``, shared width ``
   - input ``2h`` (router, shared expert and dispatch share it); router probabilities in fp32 ``4E``
   - per routed copy: dispatched input ``2h``, the expert's SwiGLU ``8f_e``, its output ``2h`` (kept
     by the multiply with the routing weight); shared expert ``8f_s``
-norms: each keeps its input, ``2h``, twice per layer.
+norms: each keeps its input, ``2h``, twice per layer (four in Gemma 2/3's sandwich). In a
+parallel block (NeoX, Phi-2) attention and MLP read the same layer input: its norms keep it once,
+and a single shared norm (Phi-2) hands both the same normed input.
 
 Sharding: ``h``-wide tensors (norms, projection inputs, masks) are split by ``t`` only under
 sequence parallelism; head- and width-split tensors are split by ``t`` always. Routed tokens
@@ -76,18 +78,22 @@ def layer_activations(
     seq_len: float = 1.0,
     flash_attention: bool = True,
     dropout: bool = False,
-    gated_mlp: bool = True,
+    gated_mlp: bool | None = None,
 ) -> LayerActivations:
     """Per-token activation bytes of decoder layer ``layer`` on one tp rank (derivation in the
     module docstring). ``seq_len`` is the attention span behind the score term; ``gated_mlp``
-    and ``dropout`` exist so the GPT form of Korthikanti et al. can be reproduced."""
+    (default: the model's MLP) and ``dropout`` exist so the GPT form of Korthikanti et al. can
+    be reproduced on any model."""
     h = float(model.hidden_size)
     seq_split = tp if sequence_parallel else 1
     heads = model.num_heads / tp
     attn, scores = _attention(model, tp, heads, flash_attention, dropout, seq_len)
     attn_h = h * _A + (h * _MASK if dropout else 0.0)  # norm output + o-proj dropout mask
-    mlp_h, mlp_split, mlp_rep = _mlp(model, layer, tp, gated_mlp, dropout)
-    norms = 2 * h * _A  # the inputs of the two norms
+    gated = model.mlp.gated if gated_mlp is None else gated_mlp
+    mlp_h, mlp_split, mlp_rep = _mlp(model, layer, tp, gated, dropout)
+    if model.parallel_residual and model.norm.per_layer == 1:
+        mlp_h -= h * _A  # the MLP reads the attention's normed input
+    norms = (1 if model.parallel_residual else model.norm.per_layer) * h * _A  # norm inputs
     linear = (attn_h + mlp_h + norms) / seq_split + attn + mlp_split + mlp_rep
     return LayerActivations(linear, scores, h * _A / seq_split)
 
@@ -152,12 +158,13 @@ def forward_workspace_bytes_per_token(model: ModelSpec, tp: int, experts_split: 
     else:
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
         attn = (heads * (2 * qk + 2 * m.v_head_dim) + m.kv_lora_rank + m.qk_rope_head_dim) * _A
-    widest = max(attn, 3 * model.intermediate_size / tp * _A)
+    mats = model.mlp.num_matrices  # gated: gate-up 2f and product f; plain: up f and activation f
+    widest = max(attn, mats * model.intermediate_size / tp * _A)
     moe = model.moe
     if moe is not None and model.num_moe_layers:
         f_e = moe.expert_intermediate_size / (tp if experts_split else 1)
-        routed = moe.experts_per_token * (3 * f_e + h) * _A
+        routed = moe.experts_per_token * (mats * f_e + h) * _A
         widest = max(
-            widest, moe.num_experts * _FP32 + routed + 3 * moe.shared_intermediate_size / tp * _A
+            widest, moe.num_experts * _FP32 + routed + mats * moe.shared_intermediate_size / tp * _A
         )
     return 2 * h * _A + widest

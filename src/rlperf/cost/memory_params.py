@@ -87,7 +87,7 @@ def attention_params_on_device(model: ModelSpec, tp: int) -> float:
     q = h * hd * (d + bias)
     o = h * hd * d
     kv_per_head = 2 * hd * (d + bias)
-    replicated = (d if model.o_bias else 0) + (2 * hd if model.qk_norm else 0)
+    replicated = (d if model.o_bias else 0) + (2 * model.norm.params(hd) if model.qk_norm else 0)
     return (q + o) / tp + kv_per_head * kv_heads_per_device(model, tp) + replicated
 
 
@@ -100,7 +100,7 @@ def layer_params_on_device(
     they count exactly what :class:`ModelSpec` counts."""
     d = model.hidden_size
     b = model.breakdown
-    dense = attention_params_on_device(model, tp) + 2 * d  # + input and post-attention norms
+    dense = attention_params_on_device(model, tp) + model.norm.per_layer * model.norm.params(d)
     moe = model.moe
     if moe is None or not model.is_moe_layer(layer):
         return dense + b.dense_mlp / (model.num_layers - model.num_moe_layers) / tp, 0.0
@@ -112,7 +112,13 @@ def layer_params_on_device(
 
 def stage_params(model: ModelSpec, tp: int, pp: int, expert_shards: int) -> tuple[StageParams, ...]:
     """Per-device parameters of every pipeline stage (index = stage)."""
-    vocab_rows = model.vocab_size * model.hidden_size / tp  # embedding or LM head, vocab-parallel
+    vocab_rows = model.vocab_size * model.token_embedding_size / tp  # embedding or LM head, vocab-parallel
+    # Replicated next to them: a learned position table and OPT's project_in on the first
+    # stage; the final norm, OPT's project_out and the LM head's bias (vocab-split) on the last.
+    first_extra = model.position.params(model.hidden_size) + model.embedding_projection_params / 2
+    last_extra = model.embedding_projection_params / 2
+    last_extra += model.norm.params(model.hidden_size) if model.norm.final else 0
+    head_bias = model.vocab_size / tp if model.lm_head_bias else 0.0
     stages = []
     for i, layers in enumerate(stage_layers(model.num_layers, pp)):
         per_layer = [layer_params_on_device(model, j, tp, expert_shards) for j in layers]
@@ -120,12 +126,12 @@ def stage_params(model: ModelSpec, tp: int, pp: int, expert_shards: int) -> tupl
         expert = sum(p[1] for p in per_layer)
         units = [p[0] + p[1] for p in per_layer]
         if i == 0:
-            dense += vocab_rows
-            units.append(vocab_rows)
+            dense += vocab_rows + first_extra
+            units.append(vocab_rows + first_extra)
         if i == pp - 1:
-            dense += model.hidden_size  # final norm
+            dense += last_extra + head_bias
             if not model.tie_word_embeddings or pp > 1:
                 dense += vocab_rows
-                units.append(vocab_rows)
+                units.append(vocab_rows + head_bias)
         stages.append(StageParams(i, layers, dense, expert, max(units)))
     return tuple(stages)

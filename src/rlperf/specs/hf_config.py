@@ -11,67 +11,35 @@ from __future__ import annotations
 from typing import Any
 
 from rlperf.errors import SpecError
+from rlperf.specs.hf_gpt import GPT_READERS
+from rlperf.specs.hf_keys import as_int, flag, opt, pos, where
 
+# Llama-style blocks (SwiGLU MLP, RMSNorm, rotary), read by this module.
 DENSE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 MOE_TYPES = ("qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v3", "deepseek_v2")
-SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES
+LLAMA_LIKE_TYPES = DENSE_TYPES + MOE_TYPES
+# Families with other blocks, each read by its own function.
+FAMILY_READERS = {**GPT_READERS}
+SUPPORTED_TYPES = LLAMA_LIKE_TYPES + tuple(FAMILY_READERS)
 
 # Qwen3Config defaults ``head_dim`` to 128; every other supported type uses hidden // heads.
 _DEFAULT_HEAD_DIM = {"qwen3": 128}
 
 
-def _where(key: str) -> str:
-    return f"model.config.{key}"
-
-
-def _req(cfg: dict[str, Any], key: str) -> Any:
-    if key not in cfg or cfg[key] is None:
-        raise SpecError(_where(key), "missing from config.json")
-    return cfg[key]
-
-
-def _as_int(key: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(_where(key), f"must be an integer, got {value!r}")
-    if value < minimum:
-        raise SpecError(_where(key), f"must be >= {minimum}, got {value}")
-    return value
-
-
-def _pos(cfg: dict[str, Any], key: str) -> int:
-    """A required integer >= 1."""
-    return _as_int(key, _req(cfg, key), 1)
-
-
-def _opt(cfg: dict[str, Any], key: str, default: int, minimum: int = 1) -> int:
-    """An optional integer (absent or null -> ``default``)."""
-    value = cfg.get(key)
-    return default if value is None else _as_int(key, value, minimum)
-
-
-def _flag(cfg: dict[str, Any], key: str, default: bool) -> bool:
-    value = cfg.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise SpecError(_where(key), f"must be true or false, got {value!r}")
-    return value
-
-
 def _heads(cfg: dict[str, Any], mtype: str, d: int) -> tuple[int, int, int]:
-    heads = _pos(cfg, "num_attention_heads")
-    kv_heads = _opt(cfg, "num_key_value_heads", heads)
+    heads = pos(cfg, "num_attention_heads")
+    kv_heads = opt(cfg, "num_key_value_heads", heads)
     if heads % kv_heads:
         raise SpecError(
-            _where("num_key_value_heads"), f"{kv_heads} does not divide num_attention_heads={heads}"
+            where("num_key_value_heads"), f"{kv_heads} does not divide num_attention_heads={heads}"
         )
     if cfg.get("head_dim") is not None:
-        return heads, kv_heads, _as_int("head_dim", cfg["head_dim"], 1)
+        return heads, kv_heads, as_int("head_dim", cfg["head_dim"], 1)
     if mtype in _DEFAULT_HEAD_DIM:
         return heads, kv_heads, _DEFAULT_HEAD_DIM[mtype]
     if d % heads:
         raise SpecError(
-            _where("num_attention_heads"),
+            where("num_attention_heads"),
             f"{heads} does not divide hidden_size={d} (and no head_dim given)",
         )
     return heads, kv_heads, d // heads
@@ -80,38 +48,38 @@ def _heads(cfg: dict[str, Any], mtype: str, d: int) -> tuple[int, int, int]:
 def _moe_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any] | None:
     if mtype in ("qwen2_moe", "qwen3_moe"):
         moe: dict[str, Any] = {
-            "num_experts": _pos(cfg, "num_experts"),
-            "experts_per_token": _pos(cfg, "num_experts_per_tok"),
-            "expert_intermediate_size": _pos(cfg, "moe_intermediate_size"),
+            "num_experts": pos(cfg, "num_experts"),
+            "experts_per_token": pos(cfg, "num_experts_per_tok"),
+            "expert_intermediate_size": pos(cfg, "moe_intermediate_size"),
             "dense_layers": tuple(_layer_list(cfg, "mlp_only_layers")),
-            "sparse_step": _opt(cfg, "decoder_sparse_step", 1),
+            "sparse_step": opt(cfg, "decoder_sparse_step", 1),
         }
         if mtype == "qwen2_moe":  # one shared MLP plus its sigmoid gate, built even at width 0
-            moe["shared_intermediate_size"] = _opt(cfg, "shared_expert_intermediate_size", 0, 0)
+            moe["shared_intermediate_size"] = opt(cfg, "shared_expert_intermediate_size", 0, 0)
             moe["shared_expert_gate"] = True
     elif mtype == "mixtral":
         moe = {
-            "num_experts": _pos(cfg, "num_local_experts"),
-            "experts_per_token": _pos(cfg, "num_experts_per_tok"),
-            "expert_intermediate_size": _pos(cfg, "intermediate_size"),
+            "num_experts": pos(cfg, "num_local_experts"),
+            "experts_per_token": pos(cfg, "num_experts_per_tok"),
+            "expert_intermediate_size": pos(cfg, "intermediate_size"),
         }
     elif cfg.get("n_routed_experts") is not None:  # deepseek_v2 / deepseek_v3
-        width = _pos(cfg, "moe_intermediate_size")
+        width = pos(cfg, "moe_intermediate_size")
         # transformers makes layer i an MoE layer iff i >= first_k_dense_replace (moe_layer_freq is
         # not read by its DeepSeek modeling code).
         moe = {
-            "num_experts": _pos(cfg, "n_routed_experts"),
-            "experts_per_token": _pos(cfg, "num_experts_per_tok"),
+            "num_experts": pos(cfg, "n_routed_experts"),
+            "experts_per_token": pos(cfg, "num_experts_per_tok"),
             "expert_intermediate_size": width,
-            "shared_intermediate_size": _opt(cfg, "n_shared_experts", 0, 0) * width,
-            "first_dense_layers": _opt(cfg, "first_k_dense_replace", 0, 0),
+            "shared_intermediate_size": opt(cfg, "n_shared_experts", 0, 0) * width,
+            "first_dense_layers": opt(cfg, "first_k_dense_replace", 0, 0),
         }
     else:
         return None
     if moe["experts_per_token"] > moe["num_experts"]:
         key = "num_experts_per_tok"
         raise SpecError(
-            _where(key),
+            where(key),
             f"{moe['experts_per_token']} exceeds the number of experts {moe['num_experts']}",
         )
     return moe
@@ -120,18 +88,18 @@ def _moe_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any] | None:
 def _layer_list(cfg: dict[str, Any], key: str) -> list[int]:
     value = cfg.get(key) or []
     if not isinstance(value, list):
-        raise SpecError(_where(key), f"must be a list of layer indices, got {value!r}")
-    return [_as_int(key, v, 0) for v in value]
+        raise SpecError(where(key), f"must be a list of layer indices, got {value!r}")
+    return [as_int(key, v, 0) for v in value]
 
 
 def _mla_fields(cfg: dict[str, Any]) -> dict[str, Any]:
     q_lora = cfg.get("q_lora_rank")
     return {
-        "q_lora_rank": None if q_lora is None else _as_int("q_lora_rank", q_lora, 1),
-        "kv_lora_rank": _pos(cfg, "kv_lora_rank"),
-        "qk_nope_head_dim": _pos(cfg, "qk_nope_head_dim"),
-        "qk_rope_head_dim": _pos(cfg, "qk_rope_head_dim"),
-        "v_head_dim": _pos(cfg, "v_head_dim"),
+        "q_lora_rank": None if q_lora is None else as_int("q_lora_rank", q_lora, 1),
+        "kv_lora_rank": pos(cfg, "kv_lora_rank"),
+        "qk_nope_head_dim": pos(cfg, "qk_nope_head_dim"),
+        "qk_rope_head_dim": pos(cfg, "qk_rope_head_dim"),
+        "v_head_dim": pos(cfg, "v_head_dim"),
     }
 
 
@@ -140,16 +108,16 @@ def _bias_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any]:
     if mtype == "qwen2":  # q/k/v biases are hard-wired on, o_proj has none
         return {"qkv_bias": True}
     if mtype == "qwen2_moe":
-        return {"qkv_bias": _flag(cfg, "qkv_bias", True)}
+        return {"qkv_bias": flag(cfg, "qkv_bias", True)}
     if mtype in ("qwen3", "qwen3_moe"):
-        bias = _flag(cfg, "attention_bias", False)
+        bias = flag(cfg, "attention_bias", False)
         return {"qkv_bias": bias, "o_bias": bias, "qk_norm": True}
     if mtype == "llama":
-        bias = _flag(cfg, "attention_bias", False)
-        return {"qkv_bias": bias, "o_bias": bias, "mlp_bias": _flag(cfg, "mlp_bias", False)}
+        bias = flag(cfg, "attention_bias", False)
+        return {"qkv_bias": bias, "o_bias": bias, "mlp_bias": flag(cfg, "mlp_bias", False)}
     if mtype in ("deepseek_v2", "deepseek_v3"):
-        bias = _flag(cfg, "attention_bias", False)
-        mlp_bias = _flag(cfg, "mlp_bias", False) if mtype == "deepseek_v2" else False
+        bias = flag(cfg, "attention_bias", False)
+        mlp_bias = flag(cfg, "mlp_bias", False) if mtype == "deepseek_v2" else False
         return {"qkv_bias": bias, "o_bias": bias, "mlp_bias": mlp_bias}
     return {}  # mistral, mixtral: no biases
 
@@ -162,22 +130,25 @@ def spec_fields_from_hf(cfg: dict[str, Any], name: str | None) -> dict[str, Any]
         cfg = {**cfg["text_config"], "_name_or_path": cfg.get("_name_or_path")}
     mtype = cfg.get("model_type")
     if mtype not in SUPPORTED_TYPES:
-        raise SpecError(_where("model_type"), f"unsupported {mtype!r}", ", ".join(SUPPORTED_TYPES))
-    d = _pos(cfg, "hidden_size")
-    num_layers = _pos(cfg, "num_hidden_layers")
+        raise SpecError(where("model_type"), f"unsupported {mtype!r}", ", ".join(SUPPORTED_TYPES))
+    label = {"name": name or str(cfg.get("_name_or_path") or mtype), "architecture": mtype}
+    reader = FAMILY_READERS.get(mtype)
+    if reader is not None:
+        return {**label, **reader(cfg)}
+    d = pos(cfg, "hidden_size")
+    num_layers = pos(cfg, "num_hidden_layers")
     heads, kv_heads, head_dim = _heads(cfg, mtype, d)
     fields: dict[str, Any] = {
-        "name": name or str(cfg.get("_name_or_path") or mtype),
-        "architecture": mtype,
+        **label,
         "hidden_size": d,
         "num_layers": num_layers,
         "num_heads": heads,
         "num_kv_heads": kv_heads,
         "head_dim": head_dim,
-        "intermediate_size": _pos(cfg, "intermediate_size"),
-        "vocab_size": _pos(cfg, "vocab_size"),
-        "tie_word_embeddings": _flag(cfg, "tie_word_embeddings", False),
-        "max_position_embeddings": _opt(cfg, "max_position_embeddings", 32768),
+        "intermediate_size": pos(cfg, "intermediate_size"),
+        "vocab_size": pos(cfg, "vocab_size"),
+        "tie_word_embeddings": flag(cfg, "tie_word_embeddings", False),
+        "max_position_embeddings": opt(cfg, "max_position_embeddings", 32768),
         **_bias_fields(cfg, mtype),
     }
     moe = _moe_fields(cfg, mtype)

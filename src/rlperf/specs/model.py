@@ -1,8 +1,9 @@
 """ModelSpec: a decoder-only transformer, read from a Hugging Face ``config.json``.
 
-Covers dense Llama / Qwen2 / Qwen2.5 / Qwen3 (GQA, QKV bias, QK-norm, tied embeddings) and MoE
+Covers dense Llama / Qwen2 / Qwen2.5 / Qwen3 (GQA, QKV bias, QK-norm, tied embeddings), MoE
 (Qwen2-MoE / Qwen3-MoE, Mixtral, DeepSeek-V3 with shared experts, dense first layers and MLA
-attention). Parameter counts follow the module structure ``transformers`` builds, so they can be
+attention) and the GPT families (GPT-2, GPT-NeoX/Pythia, OPT: plain MLPs, LayerNorm with biases,
+learned positions, parallel blocks), whose blocks are described by :mod:`rlperf.specs.model_blocks`. Parameter counts follow the module structure ``transformers`` builds, so they can be
 checked against ``AutoModelForCausalLM.from_config`` on the meta device (tests/test_model_parity.py).
 
 FLOP conventions (one multiply-add = 2 FLOPs):
@@ -30,6 +31,7 @@ from pydantic import Field, model_validator
 from rlperf.errors import SpecError, parse
 from rlperf.specs.base import Spec
 from rlperf.specs.dtypes import bytes_per
+from rlperf.specs.model_blocks import MLPSpec, NormSpec, PositionSpec
 
 AttentionCount = Literal["causal", "full"]
 Recompute = Literal["none", "selective", "full"]
@@ -117,11 +119,23 @@ class ModelSpec(Spec):
     max_position_embeddings: int = Field(default=32768, gt=0)
     moe: MoESpec | None = None
     mla: MLASpec | None = None
+    # Block structure; the defaults are Llama's (see rlperf.specs.model_blocks).
+    mlp: MLPSpec = Field(default_factory=MLPSpec)
+    norm: NormSpec = Field(default_factory=NormSpec)
+    position: PositionSpec = Field(default_factory=PositionSpec)
+    parallel_residual: bool = False  # attention and MLP both read the layer input (NeoX, Phi-2)
+    fused_qkv: bool = False  # q, k and v stored as one tensor (GPT-2 c_attn, NeoX query_key_value)
+    lm_head_bias: bool = False  # Phi-2's LM head has a bias
+    # Width of the token embedding when it differs from hidden_size (OPT-350m's
+    # word_embed_proj_dim): project_in (e -> d) and project_out (d -> e) matrices, no biases.
+    embedding_size: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
         if self.mla is None and self.num_heads % self.num_kv_heads != 0:
             raise ValueError("num_heads must be a multiple of num_kv_heads")
+        if self.embedding_size == self.hidden_size:
+            raise ValueError("embedding_size is only set when it differs from hidden_size")
         return self
 
     # ------------------------------------------------------------------ construction
@@ -169,6 +183,30 @@ class ModelSpec(Spec):
         return sum(1 for i in range(self.num_layers) if self.is_moe_layer(i))
 
     @property
+    def blocks_text(self) -> str:
+        """The block structure in a few words, e.g. ``gated silu MLP, rmsnorm, rotary``."""
+        mlp = f"{'gated' if self.mlp.gated else 'plain'} {self.mlp.activation} MLP"
+        norm = self.norm.kind + (" with bias" if self.norm.bias else "")
+        p = self.position
+        pos = {
+            "rotary": "rotary" if p.rotary_fraction == 1 else f"rotary on {p.rotary_fraction:g} of each head",
+            "learned": f"learned positions ({p.num_embeddings})",
+            "none": "no positions",
+        }[p.kind]
+        parts = [mlp, norm, pos] + (["parallel attention+MLP"] if self.parallel_residual else [])
+        return ", ".join(parts)
+
+    @property
+    def token_embedding_size(self) -> int:
+        """Width of the token embedding and of the LM head's input."""
+        return self.embedding_size or self.hidden_size
+
+    @property
+    def embedding_projection_params(self) -> int:
+        """OPT's project_in and project_out (0 when the embedding is ``hidden_size`` wide)."""
+        return 0 if self.embedding_size is None else 2 * self.hidden_size * self.embedding_size
+
+    @property
     def q_head_dim(self) -> int:
         """Per-head width of queries and keys."""
         if self.mla is not None:
@@ -210,22 +248,23 @@ class ModelSpec(Spec):
             if self.qkv_bias:
                 extra += (h + 2 * self.num_kv_heads) * self.head_dim
             if self.qk_norm:
-                extra += 2 * self.head_dim
+                extra += 2 * self.norm.params(self.head_dim)
         return self.attention_matmul_weights_per_layer + extra
 
     def _mlp_params(self, width: int, bias: bool) -> int:
-        # SwiGLU: gate and up (d -> width), down (width -> d).
-        d = self.hidden_size
-        return 3 * d * width + ((2 * width + d) if bias else 0)
+        return self.mlp.params(self.hidden_size, width, bias)
 
     @cached_property
     def breakdown(self) -> ParamBreakdown:
         """Parameter counts by kind. DeepSeek-V3's router correction bias
         (``e_score_correction_bias``) is a buffer in transformers 5, not a parameter, so it is not
         counted; neither are multi-token-prediction layers, which transformers does not build."""
-        d = self.hidden_size
-        emb = self.vocab_size * d
-        head = 0 if self.tie_word_embeddings else self.vocab_size * d
+        d, e = self.hidden_size, self.token_embedding_size
+        # project_in is counted with the embedding, project_out with the LM head.
+        half_proj = self.embedding_projection_params // 2
+        emb = self.vocab_size * e + self.position.params(d) + half_proj
+        head = (0 if self.tie_word_embeddings else self.vocab_size * e) + half_proj
+        head += self.vocab_size if self.lm_head_bias else 0
         attn = self.num_layers * self.attention_params_per_layer
         dense = experts = shared = router = 0
         m = self.moe
@@ -240,7 +279,8 @@ class ModelSpec(Spec):
                 shared += d if m.shared_expert_gate else 0
             else:
                 dense += self._mlp_params(self.intermediate_size, self.mlp_bias)
-        norms = self.num_layers * 2 * d + d
+        per_norm = self.norm.params(d)
+        norms = self.num_layers * self.norm.per_layer * per_norm + (per_norm if self.norm.final else 0)
         return ParamBreakdown(emb, head, attn, dense, experts, shared, router, norms)
 
     @cached_property
@@ -267,18 +307,24 @@ class ModelSpec(Spec):
         layer's experts into two 3-D tensors (``experts.gate_up_proj``, ``experts.down_proj``).
         Empty tensors (a shared MLP of width 0, which transformers still builds) are not counted."""
         m = self.moe
-        per_layer_attn = 4 + (3 if self.qkv_bias else 0) + (2 if self.qk_norm else 0)
+        qkv = 1 if self.fused_qkv else 3
+        per_layer_attn = qkv * (2 if self.qkv_bias else 1) + 1
+        per_layer_attn += 2 * self.norm.tensors_per_norm if self.qk_norm else 0
         if self.mla is not None:
             lora = self.mla.q_lora_rank is not None  # q_a_proj, q_a_layernorm, q_b_proj vs q_proj
             per_layer_attn = (3 if lora else 1) + 3 + 1  # q; kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj; o
             per_layer_attn += ((1 if lora else 0) + 1) if self.qkv_bias else 0  # on the down-projections
         per_layer_attn += 1 if self.o_bias else 0
-        mlp = 3 + (3 if self.mlp_bias else 0)
-        total = 3 if not self.tie_word_embeddings else 2  # embedding, final norm, LM head
+        mlp = self.mlp.num_tensors(self.mlp_bias)
+        norm = self.norm.tensors_per_norm
+        total = 1 + (1 if self.position.kind == "learned" else 0)  # token (and position) table
+        total += 2 if self.embedding_size is not None else 0  # project_in, project_out
+        total += norm if self.norm.final else 0
+        total += (0 if self.tie_word_embeddings else 1) + (1 if self.lm_head_bias else 0)
         for i in range(self.num_layers):
-            total += 2 + per_layer_attn  # two norms
+            total += self.norm.per_layer * norm + per_layer_attn
             if m is not None and self.is_moe_layer(i):
-                total += 1 + 3 * m.num_experts  # router
+                total += 1 + self.mlp.num_matrices * m.num_experts  # router
                 if m.shared_intermediate_size:
                     total += mlp
                 elif self.mlp_bias:  # a width-0 shared MLP (built, empty) keeps its down bias
@@ -293,17 +339,18 @@ class ModelSpec(Spec):
         """Weights that multiply each token in a forward pass: attention and MLP projections of
         the active experts, routers and the LM head (counted even when tied). Biases, norms and
         the embedding lookup are not matmuls and are left out."""
-        d = self.hidden_size
-        total = self.num_layers * self.attention_matmul_weights_per_layer + self.vocab_size * d
+        d, mats = self.hidden_size, self.mlp.num_matrices
+        total = self.num_layers * self.attention_matmul_weights_per_layer
+        total += self.vocab_size * self.token_embedding_size + self.embedding_projection_params
         m = self.moe
         for i in range(self.num_layers):
             if m is not None and self.is_moe_layer(i):
                 total += (
-                    d * m.num_experts + m.experts_per_token * 3 * d * m.expert_intermediate_size
+                    d * m.num_experts + m.experts_per_token * mats * d * m.expert_intermediate_size
                 )
-                total += 3 * d * m.shared_intermediate_size + (d if m.shared_expert_gate else 0)
+                total += mats * d * m.shared_intermediate_size + (d if m.shared_expert_gate else 0)
             else:
-                total += 3 * d * self.intermediate_size
+                total += mats * d * self.intermediate_size
         return total
 
     # ------------------------------------------------------------------ FLOPs

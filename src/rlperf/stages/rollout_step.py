@@ -129,7 +129,7 @@ class StepModel:
         tp, pp = layout.tp, layout.pp
         peak = acc.peak(layout.dtype)
         wbytes = bytes_per(layout.dtype)
-        lm_head_params = model.vocab_size * model.hidden_size
+        lm_head_params = model.vocab_size * model.token_embedding_size
         expert_params, active_expert_params = _expert_params(model)
         streamed_dense = model.matmul_params_per_token - active_expert_params
         kv_share = kv_heads_per_device(model, tp) / (

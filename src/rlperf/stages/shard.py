@@ -12,13 +12,15 @@ the per-token work of a forward pass on one device of each stage:
   token for a ``k x n`` weight; the tp-split side is divided by tp, the ``hidden_size`` side is
   not (a column-parallel matmul reads the whole token, a row-parallel one writes it).
   Flash attention reads q, k, v and writes o once per token.
-- **elementwise traffic** (memory bound, unfused eager kernels): two RMSNorms (read and write
-  ``d``), two residual adds (read ``2d``, write ``d``), rotary embedding on q and k (read and
-  write the rotated part), QK-norm where present (read and write q and k), the SwiGLU product
-  (read gate and up, write their product: ``3 w``). Under sequence parallelism the ``d``-wide
-  ones run on ``1/tp`` of the tokens.
+- **elementwise traffic** (memory bound, unfused eager kernels): the layer's norms (two in a
+  pre-norm block, one in Phi's parallel block, four in Gemma 2's sandwich; read and write ``d``
+  each), two residual adds (read ``2d``, write ``d``), rotary embedding on q and k (read and
+  write the rotated part; none with learned positions), QK-norm where present (read and write q
+  and k), the activation: a gated MLP reads gate and up and writes their product (``3 w``), a
+  plain one reads and writes ``w`` (``2 w``). Under sequence parallelism the ``d``-wide ones
+  run on ``1/tp`` of the tokens.
 - **kernels** of a forward through the stage, for the launch term (an unfused Hugging Face /
-  FSDP layer: two norms, rotary, attention core, activation, two residual adds, plus one kernel
+  FSDP layer: its norms, rotary, attention core, activation, two residual adds, plus one kernel
   per weight matmul; an MoE block adds top-k, permute and unpermute around grouped GEMMs).
 - **GEMM shapes**, for the GEMM rate's size dependence (:func:`rlperf.cost.roofline.
   matmul_size_factor`): each weight matmul as (weight elements ``k x n`` on this device, rows per
@@ -39,7 +41,6 @@ from rlperf.specs.model import ModelSpec
 
 Head = Literal["logprobs", "value"]  # LM head + log-softmax over the vocab, or a scalar value head
 
-NON_MATMUL_KERNELS_PER_LAYER = 7  # 2 norms, rotary, attention core, activation, 2 residual adds
 ROUTING_KERNELS = 3  # top-k, permute, unpermute
 
 
@@ -68,6 +69,11 @@ class StageShard:
     @property
     def params(self) -> float:
         return self.dense_params + self.expert_params
+
+
+def non_matmul_kernels_per_layer(model: ModelSpec) -> int:
+    """Norms, rotary (if any), attention core, activation, two residual adds."""
+    return model.norm.per_layer + (1 if model.position.rotary else 0) + 1 + 1 + 2
 
 
 def _attention(model: ModelSpec, tp: int) -> tuple[float, float, float, float]:
@@ -135,32 +141,35 @@ def _mlp_gemms(model: ModelSpec, layer: int, tp: int, ep: int, gemms: Gemms, etp
     d = model.hidden_size
     moe = model.moe
     if moe is None or not model.is_moe_layer(layer):
-        _add(gemms, d * model.intermediate_size / tp, count=3)  # gate, up, down
+        _add(gemms, d * model.intermediate_size / tp, count=model.mlp.num_matrices)
         return
     _add(gemms, d * moe.num_experts)  # router
     if moe.shared_expert_gate:
         _add(gemms, d)
     local = moe.num_experts / ep  # one grouped GEMM per projection over the local experts
     rows = ep * moe.experts_per_token / moe.num_experts * etp / tp
-    _add(gemms, local * d * moe.expert_intermediate_size / etp, rows, count=3)
-    _add(gemms, d * moe.shared_intermediate_size / tp, count=3)
+    mats = model.mlp.num_matrices
+    _add(gemms, local * d * moe.expert_intermediate_size / etp, rows, count=mats)
+    _add(gemms, d * moe.shared_intermediate_size / tp, count=mats)
 
 
 def _elementwise(model: ModelSpec, layer: int, tp: int, sequence_parallel: bool) -> float:
     """Elements read + written per token by one layer's elementwise kernels on one tp rank."""
     d, h = model.hidden_size, model.num_heads / tp
-    wide = (4 * d + 6 * d) / (tp if sequence_parallel else 1)  # 2 norms, 2 residual adds
+    wide = (2 * d * model.norm.per_layer + 6 * d) / (tp if sequence_parallel else 1)  # norms, 2 adds
     if model.mla is not None:
         rope = model.mla.qk_rope_head_dim
         qk = 2 * (h * rope + rope)  # q's rope part per head, the shared rope key
     else:
         kv = kv_heads_per_device(model, tp)
-        qk = 2 * (h + kv) * model.head_dim * (2 if model.qk_norm else 1)
+        rotated = model.position.rotary_fraction if model.position.rotary else 0.0
+        qk = 2 * (h + kv) * model.head_dim * (rotated + (1 if model.qk_norm else 0))
     moe = model.moe
+    mats = model.mlp.num_matrices  # the activation reads the up-projections, writes one product
     if moe is None or not model.is_moe_layer(layer):
-        act = 3 * model.intermediate_size / tp
+        act = mats * model.intermediate_size / tp
     else:
-        act = 3 * (moe.experts_per_token * moe.expert_intermediate_size + moe.shared_intermediate_size) / tp
+        act = mats * (moe.experts_per_token * moe.expert_intermediate_size + moe.shared_intermediate_size) / tp
     return wide + qk + act
 
 
@@ -168,18 +177,18 @@ def _mlp(model: ModelSpec, layer: int, tp: int) -> tuple[float, float, int]:
     """(matmul weights per token, io per token, kernels) of one layer's MLP on one tp rank,
     counted as :attr:`ModelSpec.matmul_params_per_token` does (router and the Qwen2-MoE
     shared-expert gate whole on every rank)."""
-    d = model.hidden_size
+    d, mats = model.hidden_size, model.mlp.num_matrices
     moe = model.moe
     if moe is None or not model.is_moe_layer(layer):
         w = model.intermediate_size
-        return 3 * d * w / tp, 3 * d + 3 * w / tp, 3
+        return mats * d * w / tp, mats * d + mats * w / tp, mats
     weights: float = d * moe.num_experts + (d if moe.shared_expert_gate else 0)
-    weights += 3 * d * (moe.experts_per_token * moe.expert_intermediate_size + moe.shared_intermediate_size) / tp
-    io = d + moe.num_experts + moe.experts_per_token * (3 * d + 3 * moe.expert_intermediate_size / tp)
-    kernels = 1 + ROUTING_KERNELS + 3
+    weights += mats * d * (moe.experts_per_token * moe.expert_intermediate_size + moe.shared_intermediate_size) / tp
+    io = d + moe.num_experts + moe.experts_per_token * (mats * d + mats * moe.expert_intermediate_size / tp)
+    kernels = 1 + ROUTING_KERNELS + mats
     if moe.shared_intermediate_size:
-        io += 3 * d + 3 * moe.shared_intermediate_size / tp
-        kernels += 3
+        io += mats * d + mats * moe.shared_intermediate_size / tp
+        kernels += mats
     return weights, io, kernels
 
 
@@ -192,7 +201,8 @@ def stage_shards(
     etp = tp if etp is None else etp
     attn_params, attn_proj, attn_core, ring_kv = _attention(model, tp)
     attn_kernels = 5 if model.mla is not None else 4
-    d, vocab = model.hidden_size, model.vocab_size
+    d, vocab, e = model.hidden_size, model.vocab_size, model.token_embedding_size
+    layer_kernels = non_matmul_kernels_per_layer(model)
     shards = []
     for st in stage_params(model, tp, pp, ep * etp):
         params = io = elementwise = 0.0
@@ -205,14 +215,21 @@ def stage_shards(
             params += attn_params + mlp_params
             io += attn_proj + mlp_io
             elementwise += _elementwise(model, layer, tp, sequence_parallel)
-            kernels += NON_MATMUL_KERNELS_PER_LAYER + attn_kernels + mlp_kernels
+            kernels += layer_kernels + attn_kernels + mlp_kernels
+        if model.embedding_size is not None:
+            # OPT's project_in (first stage) and project_out (last), replicated over tp.
+            ends = int(st.stage == 0) + int(st.stage == pp - 1)
+            params += ends * d * e
+            io += ends * (d + e)
+            _add(gemms, d * e, count=ends)
+            kernels += ends
         vocab_here = 0.0
         if st.stage == pp - 1:
             if head == "logprobs":
                 vocab_here = vocab / tp
-                params += d * vocab_here
-                io += d + vocab_here
-                _add(gemms, d * vocab_here)
+                params += e * vocab_here
+                io += e + vocab_here
+                _add(gemms, e * vocab_here)
             else:
                 params += d  # value head d -> 1
                 io += d + 1

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from rlperf.inputs.ranges import GpusPerNode, NumEpochs, NumGpus, NumIterations, NumMinibatches, NumNodes, NumWorkers, TaskSeconds
 from rlperf.algorithms import AlgorithmSpec, get_algorithm
 from rlperf.errors import SpecError, parse, show_path
 from rlperf.specs.base import Spec
@@ -38,10 +39,10 @@ from rlperf.specs.workload import Workload, workload_from_dict
 
 class ClusterSpec(Spec):
     gpu: str = "H100"
-    num_nodes: int = Field(default=1, gt=0)
-    gpus_per_node: int | None = Field(default=None, gt=0)  # default: the accelerator's NVLink domain
+    num_nodes: NumNodes = 1
+    gpus_per_node: GpusPerNode | None = None  # default: the accelerator's NVLink domain
     # total GPUs instead of num_nodes: whole domains and a partial last one (128 GB200 = 72 + 56)
-    num_gpus: int | None = Field(default=None, gt=0)
+    num_gpus: NumGpus | None = None
     profile: str | None = None  # path to a hardware profile file (e.g. from `rlperf calibrate`)
 
 
@@ -56,17 +57,17 @@ class RewardSpec(Spec):
     """
 
     kind: Literal["rule", "sandbox", "model"] = "rule"
-    cpu_s_per_sample: float = Field(default=0.005, ge=0)
-    cpu_workers: int = Field(default=32, gt=0)
-    sandbox_median_s: float = Field(default=1.0, gt=0)
-    sandbox_sigma: float = Field(default=0.8, ge=0)
+    cpu_s_per_sample: TaskSeconds = 0.005
+    cpu_workers: NumWorkers = 32
+    sandbox_median_s: TaskSeconds = Field(default=1.0, gt=0)
+    sandbox_sigma: float = Field(default=0.8, ge=0, le=10)
     model: str | None = None  # reward model (catalog name/path); default: the actor's model
 
 
 class AlgorithmConfig(Spec):
     name: str = "GRPO"
-    epochs: int | None = Field(default=None, gt=0)
-    minibatches: int | None = Field(default=None, gt=0)  # optimizer updates per epoch
+    epochs: NumEpochs | None = None
+    minibatches: NumMinibatches | None = None  # optimizer updates per epoch
     keep_rate: float = Field(default=0.5, gt=0, le=1)  # dynamic sampling: expected share of groups kept
     reward: RewardSpec = RewardSpec()
     critic_model: str | None = None  # default: the actor's model
@@ -76,8 +77,8 @@ class AlgorithmConfig(Spec):
 
 
 class SimulationSpec(Spec):
-    iterations: int = Field(default=4, gt=0)
-    warmup: int = Field(default=1, ge=0)
+    iterations: NumIterations = 4
+    warmup: int = Field(default=1, ge=0, le=10_000)
 
 
 class ScenarioSpec(Spec):

@@ -179,6 +179,9 @@ def _expand(data: Mapping[str, Any], templates: Mapping[str, Mapping[str, Any]],
     name = data.pop("template", None)
     if name is None:
         return data
+    if not isinstance(name, str):
+        raise SpecError(f"{where}.template", f"must be a template name, got a {type(name).__name__}",
+                        ", ".join(sorted(templates)) or "none defined")
     if name not in templates:
         raise SpecError(f"{where}.template", f"unknown template {name!r}", ", ".join(sorted(templates)) or "none defined")
     if name in seen:

@@ -12,7 +12,9 @@ from typing import NoReturn, TextIO
 
 import typer
 
-from rlperf.errors import SpecError, show_path
+from pydantic import ValidationError
+
+from rlperf.errors import SpecError, one_line, show_path
 
 app = typer.Typer(
     name="rlperf",
@@ -52,6 +54,9 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, standalone_mode=False)
     except KeyboardInterrupt:
         _interrupted()
+    except ValidationError as err:  # a spec built inside a command: its first error, in one line
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        raise SystemExit(2) from None
     except (SpecError, ValueError, FileNotFoundError) as err:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -133,12 +133,17 @@ def import_cmd(
     gpu: str = typer.Option("H100", help="accelerator (framework configs do not name it)"),
     mean_response_tokens: float = typer.Option(0.0, help="mean response length if known (0: cap/3)"),
     out: Path = typer.Option(None, "--out", help="write the scenario YAML here"),
+    force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
 ) -> None:
     """Import a verl config or an OpenRLHF command line as an rlperf scenario; list every key not mapped."""
     import yaml
     from rich.markup import escape
 
     from rlperf.frameworks.load import load_framework_config
+    from rlperf.outputs import claim, write_text
+
+    if out is not None:
+        claim([out], force, "--out")
 
     spec, report = load_framework_config(kind, config, overrides or [], gpu=gpu, mean_response_tokens=mean_response_tokens or None)
     for title, notes, style in (
@@ -159,7 +164,7 @@ def import_cmd(
     if out is None:
         typer.echo(text)
     else:
-        out.write_text(text)
+        write_text(out, text)
         console.print(f"wrote {out}")
 
 

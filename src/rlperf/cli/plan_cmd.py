@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +36,9 @@ def build_scenario(
     cl = dict(data.get("cluster") or {})
     if gpu:
         cl["gpu"] = gpu
-    if nodes:
+    if nodes is not None:
         cl["num_nodes"] = nodes
-    if gpus_per_node:
+    if gpus_per_node is not None:
         cl["gpus_per_node"] = gpus_per_node
     if hardware_profile:
         cl["profile"] = str(hardware_profile)
@@ -49,11 +48,11 @@ def build_scenario(
     wl = dict(data.get("workload") or {})
     if workload:
         wl = {"preset": workload}
-    if prompts:
+    if prompts is not None:
         wl["prompts_per_step"] = prompts
-    if group_size:
+    if group_size is not None:
         wl["group_size"] = group_size
-    if max_response:
+    if max_response is not None:
         if "preset" in wl:
             from rlperf.specs.workload_presets import load_workload_preset
 
@@ -72,6 +71,24 @@ def build_scenario(
         wl["response_length"] = rl
     data["workload"] = wl
     return load_scenario(data)
+
+
+def check_plan_options(nodes: int | None, gpus_per_node: int | None, prompts: int | None, group_size: int | None,
+                       max_response: int | None, max_staleness: int, top_k: int, jobs: int) -> None:
+    """Refuse numbers outside their physical range (0 nodes is an error, not "keep the scenario's")."""
+    from rlperf.errors import SpecError
+    from rlperf.inputs import ranges as r
+
+    r.check_option("--nodes", nodes, r.NODES)
+    r.check_option("--gpus-per-node", gpus_per_node, r.GPUS_PER_NODE)
+    r.check_option("--prompts", prompts, r.PROMPTS)
+    r.check_option("--group-size", group_size, r.GROUP_SIZE)
+    r.check_option("--max-response", max_response, r.TOKENS)
+    r.check_option("--max-staleness", max_staleness, r.STALENESS)
+    if not 1 <= top_k <= 1_000:
+        raise SpecError("--top-k", f"{top_k} is outside the useful range", "1 to 1,000 plans")
+    if not 0 <= jobs <= 4_096:
+        raise SpecError("--jobs", f"{jobs} is outside the useful range", "0 (all cores) to 4,096")
 
 
 @app.command("plan")
@@ -98,11 +115,13 @@ def plan_cmd(
     executor: str = typer.Option("local", help="local (process pool over local cores) | ray"),
     jobs: int = typer.Option(0, help="worker processes for the local executor (0: all cores)"),
     hardware_profile: Path = typer.Option(None, "--hardware-profile", help="hardware profile file (e.g. from `rlperf calibrate`)"),
+    force: bool = typer.Option(False, "--force", help="replace a report that exists"),
 ) -> None:
     """Search placements, parallel layouts and execution modes; print the ranked plans."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from rlperf.errors import SpecError
+    from rlperf.outputs import dumps_strict
     from rlperf.plan.explain import explain, simulate_plans
     from rlperf.plan.search import local_mapper, ray_mapper, search
     from rlperf.plan.serialize import search_json
@@ -112,6 +131,12 @@ def plan_cmd(
         raise SpecError("--objective", f"unknown {objective!r}", "time, cost, throughput_per_gpu")
     if executor not in ("local", "ray"):
         raise SpecError("--executor", f"unknown {executor!r}", "local, ray")
+    check_plan_options(nodes, gpus_per_node, prompts, group_size, max_response, max_staleness, top_k, jobs)
+    if report is not None:  # refuse a bad target now, not after the search
+        from rlperf.outputs import claim, output_folder
+        from rlperf.report.html import REPORT_NAME
+
+        claim([output_folder(report, "--report") / REPORT_NAME], force, "--report")
     import_report = None
     if from_kind:
         if not config:
@@ -146,7 +171,7 @@ def plan_cmd(
         out = search_json(res, explanation)
         if import_report is not None:
             out["import_report"] = import_report.lines()
-        typer.echo(json.dumps(out, indent=1, default=float))
+        typer.echo(dumps_strict(out, indent=1))
     else:
         render_search(res, explanation, sc)
         if import_report is not None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict
 from pathlib import Path
@@ -74,9 +73,16 @@ def _scenario_spec(source: str) -> Any:
     from rlperf.runtime.measure import RUNTIME_SCENARIOS
     from rlperf.scenario import load_scenario_spec
 
-    if not Path(source).exists() and (RUNTIME_SCENARIOS / f"{source}.yaml").exists():
+    if "/" not in source and (RUNTIME_SCENARIOS / f"{source}.yaml").is_file() and not _exists(source):
         source = str(RUNTIME_SCENARIOS / f"{source}.yaml")
     return load_scenario_spec(source)
+
+
+def _exists(path: str) -> bool:
+    try:
+        return Path(path).exists()
+    except OSError:  # a name too long to be a path
+        return False
 
 
 def _err(e: float | None) -> str:
@@ -94,20 +100,26 @@ def measure_cmd(
     threads: int = typer.Option(0, "--threads", min=0, help="torch CPU threads (0: torch's default); as in calibrate"),
     out: Path = typer.Option(Path("out"), "--out", help="folder for the traces and the JSON result"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of tables"),
+    force: bool = typer.Option(False, "--force", help="replace result and trace files that exist"),
 ) -> None:
     """Run one real RL step of SCENARIO on the local device, per-stage timers (and the prediction)."""
     _need_torch()
+    from rlperf.outputs import claim, dumps_strict, output_folder, safe_name, write_text
     from rlperf.runtime.measure import compare as compare_fn
     from rlperf.runtime.measure import measure, predict
     from rlperf.runtime.step import RuntimeOptions
     from rlperf.sim.trace import write_chrome_trace
 
     spec = _scenario_spec(scenario)
+    stem = output_folder(out, "--out") / safe_name(spec.name)
+    paths = [Path(f"{stem}.measured.trace.json"), Path(f"{stem}.measure.json")]
+    if compare:
+        paths.append(Path(f"{stem}.predicted.trace.json"))
+    claim(paths, force, "--out")  # before the measurement, not after it
     sim = predict(spec, hardware_profile) if compare else None  # fail fast on a bad profile
     meas = measure(spec, RuntimeOptions(seed=seed, device=device, threads=threads or None), repeats)
     last = meas.last
-    out.mkdir(parents=True, exist_ok=True)
-    trace = write_chrome_trace(out / f"{spec.name}.measured.trace.json", last.segments, title=f"{spec.name} (measured)")
+    trace = write_chrome_trace(paths[0], last.segments, title=f"{spec.name} (measured)")
     payload: dict[str, Any] = {
         "measured": {
             "runs": [{k: v for k, v in asdict(r).items() if k != "segments"} for r in meas.runs],
@@ -124,7 +136,7 @@ def measure_cmd(
         from rlperf.runtime.measure import unmodelled
 
         cmp = compare_fn(meas, sim, unmodelled(hardware_profile or spec.cluster.profile, load_model(spec.model).num_layers, meas))
-        write_chrome_trace(out / f"{spec.name}.predicted.trace.json", sim.segments, title=f"{spec.name} (predicted)")
+        write_chrome_trace(paths[2], sim.segments, title=f"{spec.name} (predicted)")
         payload["comparison"] = {
             "stages": [{**asdict(r), "error": r.error} for r in cmp.rows],
             "measured_step_s": cmp.measured_step_s,
@@ -132,10 +144,10 @@ def measure_cmd(
             "step_error": cmp.step_error,
             "notes": list(cmp.notes),
         }
-    res_path = out / f"{spec.name}.measure.json"
-    res_path.write_text(json.dumps(payload, indent=1, default=float))
+    text = dumps_strict(payload, indent=1)
+    res_path = write_text(paths[1], text)
     if as_json:
-        typer.echo(json.dumps(payload, indent=1, default=float))
+        typer.echo(text)
         return
     _render(meas, cmp)
     console.print(f"wrote {res_path} and {trace} (open traces in https://ui.perfetto.dev)")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -46,23 +45,32 @@ def simulate_cmd(
     out: Path = typer.Option(Path("out"), "--out", help="folder for result.json and trace.json"),
     iterations: int = typer.Option(0, help="override simulation.iterations (0: keep)"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of tables"),
+    force: bool = typer.Option(False, "--force", help="replace result and trace files that exist"),
 ) -> None:
-    """Simulate several RL iterations of SCENARIO; write OUT/<name>.result.json and OUT/<name>.trace.json."""
+    """Simulate several RL iterations of SCENARIO; write OUT/<name>.result.json and OUT/<name>.trace.json
+    (<name>: the scenario's name made a safe file name)."""
+    from rlperf.inputs.ranges import ITERATIONS, check_option
+    from rlperf.outputs import claim, dumps_strict, output_folder, safe_name, write_text
     from rlperf.scenario import load_scenario
     from rlperf.sim.run import run_scenario
     from rlperf.sim.trace import write_chrome_trace
 
+    if iterations:
+        check_option("--iterations", iterations, ITERATIONS)
     sc = load_scenario(scenario)
+    out = output_folder(out, "--out")
+    res_path = out / f"{safe_name(sc.name)}.result.json"
+    trace_path = out / f"{safe_name(sc.name)}.trace.json"
+    claim((res_path, trace_path), force, "--out")  # before the simulation, not after it
     if iterations:
         sim = sc.spec.simulation.model_copy(update={"iterations": iterations, "warmup": min(sc.spec.simulation.warmup, iterations - 1)})
         sc = type(sc)(sc.spec.model_copy(update={"simulation": sim}), sc.models, sc.cluster, sc.workload, sc.algorithm)
     r = run_scenario(sc)
-    out.mkdir(parents=True, exist_ok=True)
-    res_path = out / f"{sc.name}.result.json"
-    res_path.write_text(json.dumps(r.to_dict(), indent=1, sort_keys=True, default=float))
-    trace_path = write_chrome_trace(out / f"{sc.name}.trace.json", r.segments, title=sc.name)
+    text = dumps_strict(r.to_dict(), indent=1, sort_keys=True)
+    write_text(res_path, text)
+    write_chrome_trace(trace_path, r.segments, title=sc.name)
     if as_json:
-        typer.echo(json.dumps(r.to_dict(), indent=1, sort_keys=True, default=float))
+        typer.echo(text)
         return
     render_result(r)
     console.print(f"wrote {res_path} and {trace_path} (open the trace in https://ui.perfetto.dev)")

@@ -10,6 +10,8 @@ assumption; ``mean_response_tokens`` replaces the cap/3 rule when the user knows
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,22 +174,36 @@ def roles_in_use(spec: ScenarioSpec) -> tuple[str, ...]:
     return tuple(k for k in PLACEMENT_KEYS if k in roles or k == "generate")
 
 
-def as_int(key: str, value: Any) -> int:
+CONFIG_INT_MAX = 2**24  # above any count, size or degree a framework config sets (tokens per GPU: ~1e6)
+
+
+def as_int(key: str, value: Any, lo: int = 1, hi: int = CONFIG_INT_MAX) -> int:
+    """A framework config's integer: sizes, counts and degrees are >= 1 (``lo=0`` where 0 means
+    something, e.g. ZeRO stage 0); a 0 would divide by zero further on, a huge one never ends."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise SpecError(key, f"expected an integer, got {value!r}")
     try:
-        return int(value)
+        n = int(value)
     except ValueError:
         raise SpecError(key, f"expected an integer, got {value!r}") from None
+    if not lo <= n <= hi:
+        raise SpecError(key, f"{n} is out of range", f"{lo:,} to {hi:,}")
+    return n
 
 
-def as_float(key: str, value: Any) -> float:
+def as_float(key: str, value: Any, lo: float | None = None, hi: float | None = None) -> float:
+    """A framework config's number: finite, and within ``[lo, hi]`` where given."""
     if isinstance(value, bool):
         raise SpecError(key, f"expected a number, got {value!r}")
     try:
-        return float(value)
+        x = float(value)
     except (TypeError, ValueError):
         raise SpecError(key, f"expected a number, got {value!r}") from None
+    if not math.isfinite(x) or (lo is not None and x < lo) or (hi is not None and x > hi):
+        span = f"{lo:g} to {hi:g}" if lo is not None and hi is not None else (
+            f">= {lo:g}" if lo is not None else (f"<= {hi:g}" if hi is not None else "a finite number"))
+        raise SpecError(key, f"{x:g} is out of range", span)
+    return x
 
 
 def as_bool(key: str, value: Any) -> bool:

@@ -114,8 +114,8 @@ class _Importer:
             self.rec.default(f"--{name}", shown, note)
         return shown
 
-    def int_(self, name: str, note: str = "") -> int:
-        return as_int(f"--{name}", self.raw(name, note))
+    def int_(self, name: str, note: str = "", lo: int = 1) -> int:
+        return as_int(f"--{name}", self.raw(name, note), lo)
 
     def flag(self, name: str, note: str = "") -> bool:
         return as_bool(f"--{name}", self.raw(name, note))
@@ -283,7 +283,7 @@ class _Importer:
 
     def _engines(self) -> tuple[int, int]:
         raw = self.values.get("vllm_num_engines")
-        engines = 0 if raw is None else as_int("--vllm_num_engines", raw)
+        engines = 0 if raw is None else as_int("--vllm_num_engines", raw, lo=0)
         if engines:
             self.rec.map("--vllm_num_engines", engines, "engine replicas")
         vtp = self.int_("vllm_tensor_parallel_size", "engine tp")
@@ -299,7 +299,7 @@ class _Importer:
             "cp": cp,
             "cp_kind": "ring",
             "sequence_parallel": False,
-            "zero_stage": self.int_("zero_stage", "ZeRO stage"),
+            "zero_stage": self.int_("zero_stage", "ZeRO stage", lo=0),
             "recompute": "full" if self.flag("gradient_checkpointing", "recompute") else "none",
             "micro_batch_size": self.int_("micro_train_batch_size", "micro_batch_size"),
             "max_tokens_per_microbatch": self.int_("train_max_tokens_per_gpu", "max_tokens_per_microbatch") if dyn else None,
@@ -329,7 +329,7 @@ class _Importer:
         return {
             "tp": vtp,
             "replicas": engines or gpus // vtp,
-            "gpu_memory_utilization": as_float("--vllm_gpu_memory_utilization", self.raw("vllm_gpu_memory_utilization", "engine memory share")),
+            "gpu_memory_utilization": as_float("--vllm_gpu_memory_utilization", self.raw("vllm_gpu_memory_utilization", "engine memory share"), 0.01, 1.0),
             "prefix_sharing": self.flag("enable_prefix_caching", "prefix_sharing"),
         }
 

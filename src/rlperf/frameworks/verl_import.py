@@ -458,7 +458,7 @@ class _Importer:
             "pp": pp,
             "ep": ep,
             "replicas": gpus // (tp * pp),
-            "gpu_memory_utilization": as_float(f"{ROLLOUT}.gpu_memory_utilization", self._mapped(f"{ROLLOUT}.gpu_memory_utilization", "engine memory share")),
+            "gpu_memory_utilization": as_float(f"{ROLLOUT}.gpu_memory_utilization", self._mapped(f"{ROLLOUT}.gpu_memory_utilization", "engine memory share"), 0.01, 1.0),
             "max_num_seqs": self.get_int(f"{ROLLOUT}.max_num_seqs", "engine max sequences"),
             "max_num_batched_tokens": self.get_int(f"{ROLLOUT}.max_num_batched_tokens", "engine chunked-prefill budget"),
             "prefix_sharing": prefix,

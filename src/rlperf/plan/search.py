@@ -128,10 +128,25 @@ def local_mapper(jobs: int | None = None) -> Mapper:
         n = jobs or os.cpu_count() or 1
         if n <= 1 or len(items) <= 1:
             return [fn(x) for x in items]
-        with ProcessPoolExecutor(max_workers=min(n, len(items))) as ex:
-            return list(ex.map(fn, items))
+        ex = ProcessPoolExecutor(max_workers=min(n, len(items)), initializer=_ignore_sigint)
+        try:
+            out = list(ex.map(fn, items))
+        except BaseException:  # Ctrl-C (the workers ignore it): stop them now, not after their tasks
+            ex.shutdown(wait=False, cancel_futures=True)
+            for proc in list(ex._processes.values()):
+                proc.terminate()
+            raise
+        ex.shutdown()
+        return out
 
     return run
+
+
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them (else each prints a traceback)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def ray_mapper() -> Mapper:
@@ -143,7 +158,14 @@ def ray_mapper() -> Mapper:
         if not ray.is_initialized():
             ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
         remote = ray.remote(fn)
-        return ray.get([remote.remote(x) for x in items])
+        refs = [remote.remote(x) for x in items]
+        try:
+            return ray.get(refs)
+        except KeyboardInterrupt:  # stop the tasks and the local Ray instance before exiting
+            for ref in refs:
+                ray.cancel(ref, force=True)
+            ray.shutdown()
+            raise
 
     return run
 

@@ -47,11 +47,9 @@ nav a { margin-right: 12px; font-size: 0.9em; }
 
 def write_report(out_dir: Path, sc: Scenario, res: PlanSearchResult, explanation: Explanation | None) -> Path:
     """Write ``out_dir/plan-report.html`` and return its path."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / REPORT_NAME
-    path.write_text(render_report(sc, res, explanation), encoding="utf-8")
-    return path
+    from rlperf.outputs import write_text
+
+    return write_text(Path(out_dir) / REPORT_NAME, render_report(sc, res, explanation))  # atomic: never half a report
 
 
 def render_report(sc: Scenario, res: PlanSearchResult, explanation: Explanation | None) -> str:

@@ -8,7 +8,6 @@ the pool itself, or a rollout replica inside it).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,6 @@ def chrome_trace(segments: Iterable[Segment], title: str = "rlperf") -> dict[str
 
 
 def write_chrome_trace(path: str | Path, segments: Iterable[Segment], title: str = "rlperf") -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(chrome_trace(segments, title), separators=(",", ":"), sort_keys=True))
-    return p
+    from rlperf.outputs import dumps_strict, write_text
+
+    return write_text(path, dumps_strict(chrome_trace(segments, title), separators=(",", ":"), sort_keys=True))

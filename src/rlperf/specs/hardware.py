@@ -14,6 +14,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
+from rlperf.inputs.ranges import Bandwidth, Bytes, FlopRate, GpusPerNode, LaunchSeconds, NumNodes, OverheadSeconds
 from rlperf.specs.base import Spec
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
@@ -35,18 +36,18 @@ class Accelerator(Spec):
     vendor: str = ""
     architecture: str = ""
     aliases: tuple[str, ...] = ()  # other names accepted by load_accelerator (normalized)
-    peak_flops: dict[str, float]  # dtype -> dense peak FLOP/s (tensor units), e.g. {"bf16": 989e12}
+    peak_flops: dict[str, FlopRate]  # dtype -> dense peak FLOP/s (tensor units), e.g. {"bf16": 989e12}
     fp32_vector_flops: float = Field(default=0.0, ge=0)  # non-tensor FP32 (elementwise, optimizer)
-    hbm_bytes: float = Field(gt=0)
-    hbm_bandwidth_bytes_per_s: float = Field(gt=0)
-    intra_node_bandwidth_bytes_per_s: float = Field(gt=0)  # per GPU, one direction (NVLink)
+    hbm_bytes: Bytes
+    hbm_bandwidth_bytes_per_s: Bandwidth
+    intra_node_bandwidth_bytes_per_s: Bandwidth  # per GPU, one direction (NVLink)
     # Full-mesh fabrics (AMD Infinity Fabric): one GPU pair's direct link, one direction. A group
     # of r GPUs then reaches at most (r-1) links; None on switched fabrics (NVSwitch), where any
     # group gets the full per-GPU bandwidth.
-    p2p_link_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
-    nic_bandwidth_bytes_per_s: float = Field(gt=0)  # scale-out NIC per GPU, one direction
-    pcie_bandwidth_bytes_per_s: float = Field(default=25e9, gt=0)  # host <-> device, one direction
-    gpus_per_node: int = Field(default=8, gt=0)  # GPUs sharing the intra-node (scale-up) fabric
+    p2p_link_bandwidth_bytes_per_s: Bandwidth | None = None
+    nic_bandwidth_bytes_per_s: Bandwidth  # scale-out NIC per GPU, one direction
+    pcie_bandwidth_bytes_per_s: Bandwidth = 25e9  # host <-> device, one direction
+    gpus_per_node: GpusPerNode = 8  # GPUs sharing the intra-node (scale-up) fabric
     price_usd_per_hour: float | None = Field(default=None, ge=0)
     tdp_w: float | None = Field(default=None, gt=0)
     assumed: dict[str, str] = Field(default_factory=dict)  # field -> why a value without a direct source was chosen
@@ -91,16 +92,16 @@ class HardwareProfile(Spec):
     # NVLink SHARP all-reduce: algorithm bandwidth / per-direction spec (None: no NVLS)
     nvls_allreduce_efficiency: float | None = Field(default=None, gt=0, le=1)
     inter_node_efficiency: float = Field(default=0.895, gt=0, le=1)  # achieved per NIC / NIC spec
-    intra_node_latency_s: float = Field(default=2.143e-6, ge=0)  # collective alpha per step, in a node
-    inter_node_latency_s: float = Field(default=10.25e-6, ge=0)  # collective alpha per step, across nodes
-    kernel_launch_s: float = Field(default=2.65e-6, ge=0)  # per-kernel fixed cost, eager launches
-    graph_kernel_launch_s: float = Field(default=0.58e-6, ge=0)  # per-kernel cost inside a CUDA graph
+    intra_node_latency_s: LaunchSeconds = 2.143e-6  # collective alpha per step, in a node
+    inter_node_latency_s: LaunchSeconds = 10.25e-6  # collective alpha per step, across nodes
+    kernel_launch_s: LaunchSeconds = 2.65e-6  # per-kernel fixed cost, eager launches
+    graph_kernel_launch_s: LaunchSeconds = 0.58e-6  # per-kernel cost inside a CUDA graph
     train_mfu_cap: float = Field(default=0.552, gt=0, le=1)  # best published end-to-end training MFU
     # end-to-end MFU cap of forward-only passes (log-probs, values); None: train_mfu_cap
     forward_mfu_cap: float | None = Field(default=None, gt=0, le=1)
     # Host side, per GPU: the node's DRAM peak (sockets x channels x MT/s x 8 B) / GPUs per node,
     # and what a CPU Adam step achieves of it (CPU-offloaded optimizer; stages.train).
-    host_memory_bandwidth_bytes_per_s: float = Field(default=70.4e9, gt=0)
+    host_memory_bandwidth_bytes_per_s: Bandwidth = 70.4e9
     host_adam_efficiency: float = Field(default=0.721, gt=0, le=1)
     # GEMM rate vs problem size (work W = 2mnk FLOPs): rate(W) = matmul_eff x W^a / (W^a + W_half^a),
     # W_half = matmul_half_rate_flops (0: every GEMM at the large-GEMM rate), a = matmul_size_exponent
@@ -113,11 +114,11 @@ class HardwareProfile(Spec):
     # per-layer part: eager module dispatch, e.g. HF generate). None: no figure, nothing is added
     # (no catalog accelerator has a published one; `rlperf validate --calibrate` fits the fixed
     # part, `rlperf calibrate` measures HF generate's).
-    engine_step_overhead_s: float | None = Field(default=None, ge=0)
-    engine_layer_overhead_s: float | None = Field(default=None, ge=0)
+    engine_step_overhead_s: OverheadSeconds | None = None
+    engine_layer_overhead_s: OverheadSeconds | None = None
     # Host-side cost per weight tensor of a trainer -> engine weight sync that goes tensor by
     # tensor (verl: gather, send and load_weights per tensor; stages.weight_sync). None: nothing.
-    weight_sync_tensor_overhead_s: float | None = Field(default=None, ge=0)
+    weight_sync_tensor_overhead_s: OverheadSeconds | None = None
     source: str = ""
     provenance: dict[str, str] = Field(default_factory=dict)  # field -> derivation and source url
 
@@ -149,9 +150,9 @@ class Cluster(Spec):
 
     accelerator: Accelerator
     profile: HardwareProfile
-    num_nodes: int = Field(gt=0)
-    gpus_per_node: int = Field(gt=0)
-    last_node_gpus: int | None = Field(default=None, gt=0)  # None: the last node is full
+    num_nodes: NumNodes
+    gpus_per_node: GpusPerNode
+    last_node_gpus: GpusPerNode | None = None  # None: the last node is full
 
     @model_validator(mode="after")
     def _check(self) -> Cluster:

@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import Field, model_validator
 
+from rlperf.inputs.ranges import NumTokens, TokensF
 from rlperf.errors import SpecError
 from rlperf.specs.base import Spec
 
@@ -91,7 +92,7 @@ class FixedLength(_LengthBase):
     """Every sequence has exactly ``tokens`` tokens."""
 
     kind: Literal["fixed"] = "fixed"
-    tokens: int = Field(gt=0)
+    tokens: NumTokens
     """Length of every sequence, in tokens."""
 
     @property
@@ -120,9 +121,9 @@ class UniformLength(_LengthBase):
     """Integer lengths uniform on ``[min_tokens, max_tokens]`` (both ends included)."""
 
     kind: Literal["uniform"] = "uniform"
-    min_tokens: int = Field(gt=0)
+    min_tokens: NumTokens
     """Shortest length, in tokens."""
-    max_tokens: int = Field(gt=0)
+    max_tokens: NumTokens
     """Longest length, in tokens (the cap)."""
 
     @model_validator(mode="after")
@@ -172,11 +173,11 @@ class LogNormalLength(_LengthBase):
     """
 
     kind: Literal["lognormal"] = "lognormal"
-    median_tokens: float = Field(gt=0)
+    median_tokens: TokensF
     """Median of the untruncated log-normal, ``exp(mu)``, in tokens."""
     sigma: float = Field(gt=0, le=10)
     """Standard deviation of ``ln(length)`` before truncation."""
-    cap_tokens: int = Field(gt=0)
+    cap_tokens: NumTokens
     """Truncation cap (``max_response_length``); draws above it are set to it."""
 
     @property

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
+from rlperf.inputs.ranges import GroupSize, NumPrompts
 from rlperf.errors import SpecError
 from rlperf.specs.base import Spec
 from rlperf.specs.lengths import (
@@ -139,9 +140,9 @@ class WorkloadSample:
 class Workload(Spec):
     """Prompts per step, responses per prompt, and their length distributions."""
 
-    prompts_per_step: int = Field(gt=0)
+    prompts_per_step: NumPrompts
     """Prompts in one step's batch (verl ``data.train_batch_size``), ``B``."""
-    group_size: int = Field(gt=0)
+    group_size: GroupSize
     """Responses sampled per prompt (GRPO group, verl ``rollout.n``), ``G``."""
     prompt_length: LengthDistribution
     """Distribution of prompt lengths in tokens (capped at ``max_prompt_length``)."""

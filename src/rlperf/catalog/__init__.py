@@ -30,6 +30,12 @@ ALIASES: dict[str, str] = {
     "Mixtral-8x7B": "Mixtral-8x7B-v0.1",
     "Mixtral-8x7B-Instruct-v0.1": "Mixtral-8x7B-v0.1",
     "Qwen2.5-Math-7B-Instruct": "Qwen2.5-Math-7B",
+    "Meta-Llama-3-8B": "Llama-3-8B",
+    "Meta-Llama-3-70B": "Llama-3-70B",
+    "deepseek-llm-7b-chat": "deepseek-llm-7b-base",
+    "Qwen3-4B-Thinking-2507": "Qwen3-4B",
+    "Qwen3-4B-Instruct-2507": "Qwen3-4B",
+    "FsfairX-LLaMA3-RM-v0.1": "Llama-3-8B",
 }
 # Instruction-tuned and base releases share shapes with the entry they are named after.
 _VARIANT_SUFFIXES = ("-instruct", "-base")

@@ -128,8 +128,10 @@ def compare_cmd(
 @app.command("import")
 def import_cmd(
     kind: str = typer.Argument(..., help="verl or openrlhf"),
-    config: str = typer.Argument(..., help="verl: YAML or overrides file; OpenRLHF: a file holding the command line"),
+    config: str = typer.Argument(..., help="a launch script (*.sh); verl: a YAML or overrides file; OpenRLHF: a file holding the command line"),
     overrides: list[str] = typer.Argument(None, help="verl: Hydra overrides (key=value); OpenRLHF: more arguments after `--`"),
+    set_: list[str] = typer.Option(None, "--set", help="NAME=VALUE: a variable the launch script reads from its environment"),
+    model_config: str = typer.Option(None, "--model-config", help="config.json (or its folder) for a model id the catalog does not know"),
     gpu: str = typer.Option("H100", help="accelerator (framework configs do not name it)"),
     mean_response_tokens: float = typer.Option(0.0, help="mean response length if known (0: cap/3)"),
     out: Path = typer.Option(None, "--out", help="write the scenario YAML here"),
@@ -145,7 +147,11 @@ def import_cmd(
     if out is not None:
         claim([out], force, "--out")
 
-    spec, report = load_framework_config(kind, config, overrides or [], gpu=gpu, mean_response_tokens=mean_response_tokens or None)
+    spec, report = load_framework_config(
+        kind, config, overrides or [], gpu=gpu, mean_response_tokens=mean_response_tokens or None, env=parse_env(set_ or []), model_config=model_config
+    )
+    for w in report.warnings:
+        console.print(f"script: {escape(w)}", style="yellow")
     for title, notes, style in (
         ("unknown keys (not recognised, not used)", report.unknown, "bold red"),
         ("unsupported keys (affect performance, not modelled)", report.unsupported, "yellow"),
@@ -166,6 +172,17 @@ def import_cmd(
     else:
         write_text(out, text)
         console.print(f"wrote {out}")
+
+
+def parse_env(items: list[str]) -> dict[str, str]:
+    """``--set NAME=VALUE`` options as an environment."""
+    env: dict[str, str] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.isidentifier():
+            raise SpecError("--set", f"{item!r} is not NAME=VALUE")
+        env[name] = value
+    return env
 
 
 @app.command("export")

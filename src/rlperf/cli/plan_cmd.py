@@ -109,6 +109,8 @@ def plan_cmd(
     from_kind: str = typer.Option(None, "--from", help="import your plan from a framework config: verl | openrlhf"),
     config: str = typer.Argument(None, help="with --from: the framework config (verl YAML, or OpenRLHF args file)"),
     override: list[str] = typer.Option(None, "--override", "-o", help="with --from verl: key=value overrides"),
+    set_: list[str] = typer.Option(None, "--set", help="with --from: NAME=VALUE for a variable the launch script reads"),
+    model_config: str = typer.Option(None, "--model-config", help="config.json (or its folder) for a model id the catalog does not know"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON (schema: docs/plan.schema.json)"),
     report: Path = typer.Option(None, "--report", help="write a self-contained HTML report into this folder"),
     explain_: bool = typer.Option(False, "--explain", help="list rejected plans with their reasons"),
@@ -144,7 +146,9 @@ def plan_cmd(
         from rlperf.frameworks import load_framework_config
         from rlperf.scenario import resolve
 
-        spec, import_report = load_framework_config(from_kind, config, list(override or []))
+        from rlperf.cli.frameworks_cmd import parse_env
+
+        spec, import_report = load_framework_config(from_kind, config, list(override or []), env=parse_env(set_ or []), model_config=model_config)
         sc = resolve(spec)
     else:
         sc = build_scenario(scenario, model, gpu, nodes, gpus_per_node, algorithm, workload, prompts,

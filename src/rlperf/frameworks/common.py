@@ -11,7 +11,7 @@ assumption; ``mean_response_tokens`` replaces the cap/3 rule when the user knows
 from __future__ import annotations
 
 import math
-
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,29 +45,30 @@ def catalog_model(key: str, value: Any, rec: Recorder) -> str:
         return text
     try:
         name = resolve_name(text)
-    except SpecError as err:
+    except SpecError:
         base = _strip_finetune_suffix(text)
         try:
             name = resolve_name(base) if base != text else ""
         except SpecError:
             name = ""
+        if not name and rec.model_config is not None:
+            rec.map(key, value, f"model from {rec.model_config} (--model-config)")
+            rec.assume(f"{key}: {text!r} is not in the catalog; its shapes are read from {rec.model_config}")
+            return rec.model_config
         if not name:
-            raise SpecError(key, f"{text!r} is not in the model catalog ({err.problem})") from None
+            raise SpecError(key, f"{text!r} is not in the model catalog: pass its config.json with --model-config PATH") from None
         rec.assume(f"{key}: {text!r} read as {name} (a fine-tune keeps its base model's shapes)")
     rec.map(key, value, f"model {name}")
     return name
 
 
-# Suffixes of fine-tuned checkpoints (reward, value, SFT models) named after their base model.
-_FINETUNE_SUFFIXES = ("-rm", "-reward", "-prm", "-critic", "-value", "-sft")
+# Fine-tuned checkpoints (reward, value, SFT models) named after their base model, with what
+# follows the marker: ``Llama-3-8b-sft-mixture``, ``Llama-3-8b-rm-700k``, ``Qwen2.5-7B-RM``.
+_FINETUNE_MARKER = re.compile(r"-(rm|reward|prm|critic|value|sft)(-[\w.]+)*$", re.IGNORECASE)
 
 
 def _strip_finetune_suffix(text: str) -> str:
-    lowered = text.lower()
-    for suffix in _FINETUNE_SUFFIXES:
-        if lowered.endswith(suffix):
-            return text[: -len(suffix)]
-    return text
+    return _FINETUNE_MARKER.sub("", text)
 
 
 def build_spec(framework: str, name: str | None, model: str, parts: dict[str, Any]) -> ScenarioSpec:

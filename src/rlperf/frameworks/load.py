@@ -8,6 +8,7 @@ scenario and the :class:`ImportReport` that lists every key that was not mapped.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,7 +22,8 @@ KINDS: tuple[FrameworkKind, ...] = ("verl", "openrlhf")
 
 def read_overrides(path: str | Path) -> list[str]:
     """Overrides from a text file: one per line (or several separated by blanks, as in a shell
-    script); ``#`` comments and shell line continuations are dropped."""
+    script); ``#`` comments and shell line continuations are dropped; a value with brackets
+    (``key=[a, b]``) stays one override."""
     import shlex
 
     from rlperf.inputs import read_text
@@ -29,7 +31,21 @@ def read_overrides(path: str | Path) -> list[str]:
     text = read_text(path, "config").replace("\\\n", " ")
     out: list[str] = []
     for line in text.splitlines():
-        out.extend(shlex.split(line, comments=True))
+        out.extend(join_bracketed(shlex.split(line, comments=True)))
+    return out
+
+
+def join_bracketed(tokens: Sequence[str]) -> list[str]:
+    """Tokens rejoined (with one blank) where a ``[``/``{`` opened in one closes in a later one."""
+    out: list[str] = []
+    depth = 0
+    for tok in tokens:
+        if depth > 0:
+            out[-1] += " " + tok
+        else:
+            out.append(tok)
+        depth += tok.count("[") + tok.count("{") - tok.count("]") - tok.count("}")
+        depth = max(depth, 0)
     return out
 
 
@@ -40,18 +56,23 @@ def load_framework_config(
     *,
     gpu: str = "H100",
     mean_response_tokens: float | None = None,
+    env: Mapping[str, str] | None = None,
+    model_config: str | None = None,
 ) -> tuple[ScenarioSpec, ImportReport]:
     """Import a framework configuration.
 
     Args:
         kind: ``"verl"`` or ``"openrlhf"`` (any case).
-        path_or_args: verl: a YAML file, a mapping, a file of overrides (``*.overrides``,
-            ``*.txt``, ``*.sh``) or None; OpenRLHF: a command line (string or list of tokens) or
-            a file holding one.
+        path_or_args: verl: a YAML file (Hydra ``defaults:`` composed), a mapping, a launch
+            script (``*.sh``), a file of overrides (``*.overrides``, ``*.txt``) or None;
+            OpenRLHF: a launch script, a command line (string or list of tokens) or a file
+            holding one.
         overrides: verl: Hydra overrides applied after the YAML; OpenRLHF: more arguments,
             appended (later ones win, as in argparse).
         gpu: the accelerator (neither framework's configuration names it).
         mean_response_tokens: the mean response length, when known (default: cap/3).
+        model_config: a ``config.json`` (or its folder) for models the catalog does not know.
+        env: variables a launch script reads from its environment (``--set NAME=VALUE``).
 
     Raises:
         SpecError: bad kind, unreadable file, or a value the scenario cannot take.
@@ -62,13 +83,19 @@ def load_framework_config(
 
         config: str | Path | Mapping[str, Any] | None
         extra = list(overrides)
-        if isinstance(path_or_args, (str, Path)) and Path(path_or_args).suffix in (".overrides", ".txt", ".sh"):
+        if isinstance(path_or_args, (str, Path)) and Path(path_or_args).suffix == ".sh":
+            from rlperf.frameworks.verl_script import import_verl_script
+
+            return import_verl_script(
+                path_or_args, extra, env=env, gpu=gpu, mean_response_tokens=mean_response_tokens, model_config=model_config
+            )
+        if isinstance(path_or_args, (str, Path)) and Path(path_or_args).suffix in (".overrides", ".txt"):
             config, extra = None, read_overrides(path_or_args) + extra
         elif isinstance(path_or_args, (str, Path, Mapping)) or path_or_args is None:
             config = path_or_args
         else:
             config, extra = None, list(path_or_args) + extra
-        return import_verl(config, extra, gpu=gpu, mean_response_tokens=mean_response_tokens)
+        return import_verl(config, extra, gpu=gpu, mean_response_tokens=mean_response_tokens, model_config=model_config)
     if key == "openrlhf":
         from rlperf.frameworks.openrlhf_import import import_openrlhf
 
@@ -79,7 +106,21 @@ def load_framework_config(
         args: str | Sequence[str] = path_or_args if not isinstance(path_or_args, Path) else read_text(path_or_args, "config")
         if isinstance(args, str) and _is_file(args):
             args = read_text(args, "config")
-        return import_openrlhf(args, overrides, gpu=gpu, mean_response_tokens=mean_response_tokens)
+        warnings: tuple[str, ...] = ()
+        if isinstance(args, str):  # a script: read as bash would; a bare argument list has no entry point
+            from rlperf.frameworks.openrlhf_import import is_openrlhf_entry
+            from rlperf.frameworks.shell_script import read_launch_script
+
+            try:
+                reading = read_launch_script(args, is_openrlhf_entry, env)
+            except SpecError:
+                reading = None
+            if reading is not None:
+                args, warnings = list(reading.invocation.args), reading.warnings
+        spec, report = import_openrlhf(
+            args, overrides, gpu=gpu, mean_response_tokens=mean_response_tokens, model_config=model_config
+        )
+        return spec, replace(report, warnings=warnings)
     raise SpecError("framework", f"unknown config kind {kind!r}", ", ".join(KINDS))
 
 

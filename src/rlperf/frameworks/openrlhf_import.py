@@ -29,19 +29,32 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from rlperf.algorithms import get_algorithm
 from rlperf.errors import SpecError
 from rlperf.frameworks.common import as_bool, as_float, as_int, build_spec, catalog_model, generic_workload
-from rlperf.frameworks.openrlhf_args import ESTIMATORS, IGNORED, READ, UNSUPPORTED
+from rlperf.frameworks.openrlhf_args import DOTTED, DOTTED_IGNORED_PREFIXES, ESTIMATORS, IGNORED, READ, UNSUPPORTED
 from rlperf.frameworks.report import ImportReport, KeyNote, Recorder, fmt_value
 from rlperf.scenario import ScenarioSpec
 
 # Arity of the arguments that take several values (-1: up to the next flag); the rest take one.
-NARGS = {"eps_clip_low_high": 2, "adam_betas": 2, "reward_clip_range": 2, "dynamic_filtering_reward_range": 2, "target_modules": -1}
+NARGS = {
+    "eps_clip_low_high": 2,
+    "adam_betas": 2,
+    "reward_clip_range": 2,
+    "dynamic_filtering_reward_range": 2,
+    "vllm_is_truncated_threshold": 2,
+    "target_modules": -1,
+}
 ENTRY = "openrlhf.cli.train_ppo_ray"
+
+
+def is_openrlhf_entry(token: str) -> bool:
+    """Whether ``token`` runs OpenRLHF's PPO trainer (module name or path to its file)."""
+    return token.removesuffix(".py").replace("/", ".").endswith(ENTRY)
 
 
 def split_args(args: str | Sequence[str]) -> list[str]:
@@ -56,11 +69,13 @@ def split_args(args: str | Sequence[str]) -> list[str]:
     return tokens[first:]
 
 
-def parse_args(tokens: Sequence[str]) -> dict[str, Any]:
+def parse_args(tokens: Sequence[str], spelled: dict[str, str] | None = None) -> dict[str, Any]:
     """``{name: value}`` from ``--name value`` / ``--name=value`` / ``--flag``; later ones win.
 
     train_ppo_ray takes no positional arguments, so a flag followed by another flag (or by
-    nothing) is a switch, and a flag takes the values up to the next flag (at most its arity)."""
+    nothing) is a switch, and a flag takes the values up to the next flag (at most its arity;
+    a flag rlperf does not know takes them all). Dotted flags (``--train.batch_size``) are
+    stored under their older names; ``spelled`` collects ``--old -> --dotted`` for reporting."""
     out: dict[str, Any] = {}
     i = 0
     while i < len(tokens):
@@ -68,16 +83,22 @@ def parse_args(tokens: Sequence[str]) -> dict[str, Any]:
         if not tok.startswith("--"):
             raise SpecError("openrlhf", f"stray value {tok!r} (expected --flag)")
         name, eq, value = tok[2:].partition("=")
+        if name in DOTTED:
+            if spelled is not None:
+                spelled[f"--{DOTTED[name]}"] = f"--{name}"
+            name = DOTTED[name]
         i += 1
         if eq:
             out[name] = value
             continue
-        arity = NARGS.get(name, 1)
+        known = name in READ or name in IGNORED or name in UNSUPPORTED or name in NARGS
+        arity = NARGS.get(name, 1 if known else -1)
         values: list[str] = []
         while i < len(tokens) and not tokens[i].startswith("--") and (arity < 0 or len(values) < arity):
             values.append(tokens[i])
             i += 1
-        out[name] = True if not values else values[0] if arity == 1 else values
+        single = arity == 1 or (not known and len(values) == 1)
+        out[name] = True if not values else values[0] if single else values
     return out
 
 
@@ -87,11 +108,32 @@ def import_openrlhf(
     *,
     gpu: str = "H100",
     mean_response_tokens: float | None = None,
+    model_config: str | None = None,
 ) -> tuple[ScenarioSpec, ImportReport]:
     """A scenario from an OpenRLHF ``train_ppo_ray`` command line (string or tokens)."""
-    values = parse_args(split_args(args) + list(extra))
-    rec = Recorder("OpenRLHF", f"{len(values)} arguments")
-    return _Importer(values, rec, gpu, mean_response_tokens).run()
+    spelled: dict[str, str] = {}
+    values = parse_args(split_args(args) + list(extra), spelled)
+    rec = Recorder("OpenRLHF", f"{len(values)} arguments", model_config)
+    spec, report = _Importer(values, rec, gpu, mean_response_tokens).run()
+    return spec, respell(report, spelled)
+
+
+def respell(report: ImportReport, spelled: Mapping[str, str]) -> ImportReport:
+    """The report with each key as the command line spelled it (dotted or not)."""
+    if not spelled:
+        return report
+
+    def notes(items: tuple[KeyNote, ...]) -> tuple[KeyNote, ...]:
+        return tuple(KeyNote(spelled.get(n.key, n.key), n.value, n.note) for n in items)
+
+    return replace(
+        report,
+        mapped=notes(report.mapped),
+        ignored=notes(report.ignored),
+        unsupported=notes(report.unsupported),
+        unknown=notes(report.unknown),
+        defaulted=notes(report.defaulted),
+    )
 
 
 class _Importer:
@@ -155,6 +197,8 @@ class _Importer:
                     ignored.append(KeyNote(key, shown, "has no effect in this configuration"))
             elif name in IGNORED:
                 ignored.append(KeyNote(key, shown, IGNORED[name]))
+            elif any(name.startswith(p) for p in DOTTED_IGNORED_PREFIXES):
+                ignored.append(KeyNote(key, shown, next(n for p, n in DOTTED_IGNORED_PREFIXES.items() if name.startswith(p))))
             elif name in UNSUPPORTED:
                 note, harmless = UNSUPPORTED[name]
                 if value in harmless or shown in {fmt_value(h) for h in harmless}:
@@ -207,6 +251,9 @@ class _Importer:
             self.rec.assume("the remote reward is a CPU verifier with rlperf's default cost per sample")
             return {"kind": "rule"}
         src = self.values.get("reward_pretrain")
+        if src is None and self.values.get("agent_func_path"):
+            self.rec.assume("the agent function returns the reward: costed as a CPU verifier (rlperf's default cost per sample)")
+            return {"kind": "rule"}
         if src is None:
             raise SpecError("--reward_pretrain", "missing: give a reward model or --remote_rm_url")
         first = str(src).split(",")[0]
@@ -220,8 +267,25 @@ class _Importer:
         train = self.int_("train_batch_size", "samples per mini-batch")
         if (prompts * group) % train != 0:
             raise SpecError("--train_batch_size", f"{train} does not divide rollout_batch_size x n_samples_per_prompt ({prompts * group})")
-        caps = (self.int_("prompt_max_len", "prompt cap"), self.int_("generate_max_len", "response cap"))
+        caps = self._caps()
         return generic_workload(prompts, group, caps[0], caps[1], self.mean, self.rec), prompts * group // train
+
+    def _caps(self) -> tuple[int, int]:
+        """Prompt and response caps. Without ``--prompt_max_len``, a ``--max_len`` (the dotted
+        ``--data.max_len``) is the whole context: the prompt cap is what the response cap
+        (``--generate_max_len`` / ``--rollout.max_new_tokens``) leaves of it."""
+        if "max_len" in self.values and "prompt_max_len" not in self.values:
+            total = as_int("--max_len", self.values["max_len"])
+            if "generate_max_len" in self.values:
+                response = self.int_("generate_max_len", "response cap")
+            else:
+                response = total - min(int(READ["prompt_max_len"]), total // 2)
+                self.rec.assume(f"response cap {response} = max_len {total} - prompt cap (no max_new_tokens: OpenRLHF generates up to max_len - prompt)")
+            if not 0 < response < total:
+                raise SpecError("--max_len", f"{total} leaves no room for prompts beside a response cap of {response}")
+            self.rec.map("--max_len", total, f"prompt cap {total - response} + response cap {response}")
+            return total - response, response
+        return self.int_("prompt_max_len", "prompt cap"), self.int_("generate_max_len", "response cap")
 
     # ------------------------------------------------------------------ placement
     def _placement(self, name: str, reward_model: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, int], bool]:

@@ -39,10 +39,13 @@ class ImportReport:
     unknown: tuple[KeyNote, ...] = ()
     defaulted: tuple[KeyNote, ...] = ()
     assumptions: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    """What a launch script said that could not be read exactly (``$(...)``, unset variables)."""
 
     def lines(self) -> list[str]:
         """A plain-text listing (unknown and unsupported first: they need the reader's eye)."""
         out = [f"{self.framework} import of {self.source}"]
+        out.extend(f"script: {w}" for w in self.warnings)
         for title, notes in (
             ("unknown (not recognised, not used)", self.unknown),
             ("unsupported (affects performance, not modelled)", self.unsupported),
@@ -100,7 +103,9 @@ def fmt_value(value: Any) -> str:
 class Recorder:
     """Collects the buckets while an importer runs; :meth:`freeze` gives the report."""
 
-    def __init__(self, framework: str, source: str) -> None:
+    def __init__(self, framework: str, source: str, model_config: str | None = None) -> None:
+        self.model_config = model_config
+        """A config.json (or folder) for the models the catalog does not know (``--model-config``)."""
         self.framework = framework
         self.source = source
         self.mapped: dict[str, KeyNote] = {}

@@ -52,7 +52,6 @@ from rlperf.frameworks.config_tree import (
     apply_overrides,
     classify_rest,
     flatten,
-    load_yaml_tree,
     resolve_interpolations,
 )
 from rlperf.frameworks.report import ImportReport, Recorder
@@ -82,23 +81,33 @@ def import_verl(
     *,
     gpu: str = "H100",
     mean_response_tokens: float | None = None,
+    recipe: str | None = None,
+    source: str | None = None,
+    model_config: str | None = None,
 ) -> tuple[ScenarioSpec, ImportReport]:
-    """A scenario from a verl YAML file (or mapping, or None for verl's defaults) and overrides."""
+    """A scenario from a verl YAML file (or mapping, or None for verl's defaults) and overrides.
+
+    ``recipe`` (``main``, ``one_step_off``, ``fully_async``) is the trainer the entry point
+    names, when known; otherwise it is read from the keys. A YAML file's ``defaults:`` list is
+    composed as Hydra would."""
+    from rlperf.frameworks.hydra_compose import compose
+
     if config is None:
         tree: Mapping[str, Any] = {}
-        source = f"{len(overrides)} command-line overrides"
+        label = f"{len(overrides)} command-line overrides"
     else:
-        tree, source = (config, "a mapping") if isinstance(config, Mapping) else (load_yaml_tree(config), str(config))
+        tree, label = (config, "a mapping") if isinstance(config, Mapping) else (compose(config), str(config))
         if overrides:
-            source += f" + {len(overrides)} overrides"
+            label += f" + {len(overrides)} overrides"
     flat = resolve_interpolations(apply_overrides(flatten(tree), overrides))
-    rec = Recorder("verl", source)
+    rec = Recorder("verl", source or label, model_config)
     r = KeyReader(flat, rec)
-    return _Importer(r, gpu, mean_response_tokens).run()
+    return _Importer(r, gpu, mean_response_tokens, recipe).run()
 
 
 class _Importer:
-    def __init__(self, r: KeyReader, gpu: str, mean_response_tokens: float | None) -> None:
+    def __init__(self, r: KeyReader, gpu: str, mean_response_tokens: float | None, recipe: str | None = None) -> None:
+        self.recipe_hint = recipe
         self.r = r
         self.rec = r.rec
         self.gpu = gpu
@@ -149,7 +158,12 @@ class _Importer:
         return self.r.get(key, None)
 
     def _recipe(self) -> str:
-        if self.r.has_prefix("async_training"):
+        if self.recipe_hint in ("fully_async", "one_step_off"):
+            self.rec.assume(f"trainer: verl's {self.recipe_hint.replace('_', '-')} trainer (its entry point)")
+            recipe = self.recipe_hint
+        elif self.recipe_hint == "main":
+            recipe = "main"
+        elif self.r.has_prefix("async_training"):
             self.rec.assume("trainer: verl's fully-async recipe (async_training.* is set)")
             recipe = "fully_async"
         elif self.r.has("rollout.nnodes") or self.r.has("rollout.n_gpus_per_node"):

@@ -1,0 +1,588 @@
+"""A bash launch script read the way bash would for one purpose: the trainer's command line.
+
+Users launch verl and OpenRLHF with shell scripts: variables set at the top, then one
+``python3 -m <trainer> key=value ...`` (or ``ray job submit ... -- python3 -m ...``,
+``deepspeed --module ...``, ``bash -c "..."`` inside ``srun``). This module runs the part of
+bash's semantics that decides that command line, without running bash (bash manual, §3.1-3.5):
+
+1. Tokens: ``\\<newline>`` joins lines; ``#`` starts a comment at the start of a word; ``'...'``
+   is literal; ``"..."`` expands ``$`` but does not split; ``;``, ``&&``, ``||``, ``|``, ``&``
+   and newlines end a command; redirections (``> f``, ``2>&1``, ``&>> f``) are dropped.
+2. Expansion, in order, with the variables set so far (``--set NAME=VALUE`` gives the
+   environment): ``$VAR``, ``${VAR}``, ``${VAR:-x}`` / ``${VAR-x}`` / ``${VAR:=x}`` /
+   ``${VAR:+x}``, arrays ``a=(x y)``, ``"${a[@]}"``, ``${a[i]}``, ``${#a[@]}``, arithmetic
+   ``$((...))`` (integers, ``+ - * / % **``); an unquoted expansion is split on blanks.
+   ``$@``, ``$*`` and ``$1..`` are empty (the script is read without arguments). Command
+   substitution ``$(...)`` and backquotes are not run: each reads as the one word ``$(...)``
+   and a warning names the command. An unset variable is empty, with a warning naming it
+   (``HOME`` and ``PWD`` stand in as ``~`` and ``.``).
+3. Commands: assignments (also after ``export``, ``local``, ``declare``, ``readonly``) set
+   variables; ``if [ a = b ]`` / ``[[ ... ]]`` with ``=``, ``==``, ``!=``, ``-n``, ``-z`` picks
+   its branch (any other test takes the ``then`` branch, with a warning); loop and ``case``
+   bodies are skipped with a warning; ``bash -c "..."`` reads its string as a script.
+4. The invocation: the first command with ``-m <module>`` (or ``--module``) or a ``*.py`` path
+   that an ``is_entry`` predicate accepts; its arguments are the words after it.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rlperf.errors import SpecError
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?(\+?)=")
+# What a command substitution reads as: one word, so that the words around it keep their places.
+_NOT_RUN = "$(...)"
+# Stand-ins for the login environment: paths only matter to us through their last component.
+_ENVIRONMENT = {"HOME": "~", "PWD": "."}
+_REDIRECT = re.compile(r"\d*(&>>|&>|>>|>&|<&|>|<<<|<)(?:(?<=&)(\d+-?|-))?")
+_SEPARATORS = (";;", "&&", "||", ";", "|", "&", "\n")
+_DECLARE = ("export", "local", "declare", "readonly", "typeset")
+_SKIPPED_BLOCKS = {"for": "done", "while": "done", "until": "done", "case": "esac"}
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """The trainer's command line found in a script: its entry point and arguments."""
+
+    entry: str
+    args: tuple[str, ...]
+    line: int
+
+
+@dataclass(frozen=True)
+class ScriptReading:
+    """What a launch script says: the trainer invocation and what could not be read exactly."""
+
+    invocation: Invocation
+    warnings: tuple[str, ...]
+
+
+@dataclass
+class _Word:
+    """A word as written (quotes kept) and the line it starts on."""
+
+    raw: str
+    line: int
+
+
+@dataclass
+class _Shell:
+    variables: dict[str, str | list[str]]
+    warnings: list[str] = field(default_factory=list)
+
+    def warn(self, text: str) -> None:
+        if text not in self.warnings:
+            self.warnings.append(text)
+
+
+def read_launch_script(
+    text: str, is_entry: Callable[[str], bool], env: Mapping[str, str] | None = None
+) -> ScriptReading:
+    """The trainer invocation of a bash script (see the module docstring).
+
+    Raises:
+        SpecError: no command of the script runs an entry point that ``is_entry`` accepts.
+    """
+    shell = _Shell({**_ENVIRONMENT, **(env or {})})
+    found = _run(text, shell, is_entry, 0)
+    if found is None:
+        raise SpecError("script", "no trainer invocation found (python -m <trainer> ..., ray job submit -- ..., deepspeed --module ...)")
+    return ScriptReading(found, tuple(shell.warnings))
+
+
+# ---------------------------------------------------------------------- tokens
+def _commands(text: str) -> list[list[_Word]]:
+    """Commands as lists of raw words (quotes kept), split on separators; comments and
+    redirections dropped."""
+    commands: list[list[_Word]] = [[]]
+    i, n, line = 0, len(text), 1
+    while i < n:
+        c = text[i]
+        if c == "\\" and i + 1 < n and text[i + 1] == "\n":
+            i, line = i + 2, line + 1
+            continue
+        if c in " \t\r":
+            i += 1
+            continue
+        if c == "#":
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        redirect = _REDIRECT.match(text, i)
+        if redirect:
+            i = redirect.end()
+            if not redirect.group(2):  # the target is the next word
+                while i < n and text[i] in " \t":
+                    i += 1
+                i, _ = _scan_word(text, i)
+            continue
+        sep = next((s for s in _SEPARATORS if text.startswith(s, i)), None)
+        if sep is not None:
+            line += sep == "\n"
+            i += len(sep)
+            if commands[-1]:
+                commands.append([])
+            continue
+        start_line = line
+        end, raw = _scan_word(text, i)
+        line += text.count("\n", i, end)
+        i = end
+        if raw.endswith("=") and _ASSIGN.fullmatch(raw) and i < n and text[i] == "(":
+            close = _matching(text, i, "(", ")")
+            raw += text[i : close + 1]
+            line += text.count("\n", i, close)
+            i = close + 1
+        commands[-1].append(_Word(raw, start_line))
+    return [c for c in commands if c]
+
+
+def _scan_word(text: str, i: int) -> tuple[int, str]:
+    """The end of the word starting at ``i`` and its raw text."""
+    start, n = i, len(text)
+    while i < n:
+        c = text[i]
+        if c in " \t\r\n;&|<>" or c == ")" or (c == "(" and (i == start or _ASSIGN.fullmatch(text[start:i]))):
+            break
+        if c == "\\":
+            i += 2
+        elif c == "'":
+            i = text.index("'", i + 1) + 1 if "'" in text[i + 1 :] else n
+        elif c == '"':
+            i = _close_double(text, i)
+        elif c == "`":
+            i = text.index("`", i + 1) + 1 if "`" in text[i + 1 :] else n
+        elif text.startswith("$(", i):
+            i = _matching(text, i + 1, "(", ")") + 1
+        elif text.startswith("${", i):
+            i = _matching(text, i + 1, "{", "}") + 1
+        else:
+            i += 1
+    if i == start:  # a lone "(" or ")"
+        return i + 1, text[i]
+    return i, text[start:i]
+
+
+def _close_double(text: str, i: int) -> int:
+    """The index after the double quote closing the one at ``i``."""
+    j, n = i + 1, len(text)
+    while j < n:
+        c = text[j]
+        if c == "\\":
+            j += 2
+        elif c == '"':
+            return j + 1
+        elif text.startswith("$(", j):
+            j = _matching(text, j + 1, "(", ")") + 1
+        elif text.startswith("${", j):
+            j = _matching(text, j + 1, "{", "}") + 1
+        elif c == "`":
+            j = text.index("`", j + 1) + 1 if "`" in text[j + 1 :] else n
+        else:
+            j += 1
+    return n
+
+
+def _matching(text: str, i: int, open_: str, close: str) -> int:
+    """The index of the bracket closing the one at ``i`` (quotes respected)."""
+    depth, j, n = 0, i, len(text)
+    while j < n:
+        c = text[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == "'" and open_ == "(":
+            j = text.index("'", j + 1) + 1 if "'" in text[j + 1 :] else n
+            continue
+        if c == '"':
+            j = _close_double(text, j)
+            continue
+        if c == open_:
+            depth += 1
+        elif c == close:
+            depth -= 1
+            if depth == 0:
+                return j
+        j += 1
+    return n - 1
+
+
+# ---------------------------------------------------------------------- expansion
+def _expand(raw: str, shell: _Shell) -> list[str]:
+    """The words a raw word becomes: quotes removed, ``$`` expanded, unquoted results split."""
+    words: list[str] = []
+    current: list[str] = []
+    have = False  # a quoted empty string still makes a word
+
+    def flush() -> None:
+        nonlocal have
+        if current or have:
+            words.append("".join(current))
+        current.clear()
+        have = False
+
+    def add(text: str) -> None:
+        nonlocal have
+        current.append(text)
+        have = True
+
+    def add_split(value: str) -> None:
+        parts = value.split()
+        if value[:1].isspace():
+            flush()
+        for k, part in enumerate(parts):
+            if k:
+                flush()
+            add(part)
+        if parts and value[-1:].isspace():
+            flush()
+
+    i, n = 0, len(raw)
+    while i < n:
+        c = raw[i]
+        if c == "\\" and i + 1 < n:
+            add(raw[i + 1])
+            i += 2
+        elif c == "'":
+            end = raw.find("'", i + 1)
+            end = n if end < 0 else end
+            add(raw[i + 1 : end])
+            i = end + 1
+        elif c == '"':
+            end = _close_double(raw, i)
+            inner = raw[i + 1 : end - 1]
+            i = end
+            array = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\[@\]\}|\$@|\$\{@\}", inner)
+            if array:  # "${a[@]}" and "$@": one word per element, none when empty
+                value = shell.variables.get(array.group(1) or "", []) if array.group(1) else []
+                items = value if isinstance(value, list) else [value]
+                for k, item in enumerate(items):
+                    if k:
+                        flush()
+                    add(item)
+                continue
+            add(_expand_quoted(inner, shell))
+        elif c in "$`":
+            value, i = _dollar(raw, i, shell)
+            for k, item in enumerate(value if isinstance(value, list) else [value]):
+                if k:
+                    flush()
+                add_split(item)
+        else:
+            add(c)
+            i += 1
+    flush()
+    return words
+
+
+def _expand_quoted(inner: str, shell: _Shell) -> str:
+    """The text of a double-quoted string: ``$`` expanded, ``\\`` before ``$ ` " \\`` removed."""
+    out: list[str] = []
+    i, n = 0, len(inner)
+    while i < n:
+        c = inner[i]
+        if c == "\\" and i + 1 < n and inner[i + 1] in '$`"\\':
+            out.append(inner[i + 1])
+            i += 2
+        elif c in "$`":
+            value, i = _dollar(inner, i, shell)
+            out.append(" ".join(value) if isinstance(value, list) else value)
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _dollar(text: str, i: int, shell: _Shell) -> tuple[str | list[str], int]:
+    """The value of the expansion starting at ``text[i]`` and the index after it."""
+    if text[i] == "`":
+        end = text.find("`", i + 1)
+        end = len(text) - 1 if end < 0 else end
+        shell.warn(f"command substitution {text[i : end + 1]} not run (read as {_NOT_RUN})")
+        return _NOT_RUN, end + 1
+    if text.startswith("$((", i):
+        end = _matching(text, i + 1, "(", ")")
+        expr = text[i + 3 : end - 1]
+        return _arithmetic(expr, shell), end + 1
+    if text.startswith("$(", i):
+        end = _matching(text, i + 1, "(", ")")
+        shell.warn(f"command substitution {text[i : end + 1]} not run (read as {_NOT_RUN})")
+        return _NOT_RUN, end + 1
+    if text.startswith("${", i):
+        end = _matching(text, i + 1, "{", "}")
+        return _braced(text[i + 2 : end], shell), end + 1
+    m = _NAME.match(text, i + 1)
+    if m:
+        return _value(m.group(0), shell), m.end()
+    if i + 1 < len(text) and text[i + 1] in "@*#?$!0123456789-":
+        special = text[i + 1]
+        return ("0" if special in "#?" else ""), i + 2
+    return "$", i + 1
+
+
+def _value(name: str, shell: _Shell, *, warn: bool = True) -> str | list[str]:
+    value = shell.variables.get(name)
+    if value is None:
+        if warn:
+            shell.warn(f"variable {name} is not set (read as empty; --set {name}=VALUE gives it)")
+        return ""
+    return value[0] if isinstance(value, list) and value else value
+
+
+def _braced(body: str, shell: _Shell) -> str | list[str]:
+    """``${...}``: defaults, array elements and lengths."""
+    if body in ("@", "*") or body.isdigit():
+        return ""
+    positional = re.fullmatch(r"\d+(:?[-=+?])(.*)", body, re.DOTALL)
+    if positional:  # the script is read without arguments: $1.. are unset
+        return "" if positional.group(1).endswith("+") else _expand_quoted(_unquote_default(positional.group(2)), shell)
+    m = re.fullmatch(r"#([A-Za-z_][A-Za-z0-9_]*)(\[[@*]\])?", body)
+    if m:
+        counted = shell.variables.get(m.group(1), "")
+        return str(len(counted))
+    m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[([^\]]+)\]", body)
+    if m:
+        element = shell.variables.get(m.group(1))
+        items = element if isinstance(element, list) else ([] if element is None else [element])
+        index = m.group(2)
+        if index in ("@", "*"):
+            return list(items)
+        k = _arithmetic(index, shell)
+        return items[int(k)] if k.lstrip("-").isdigit() and int(k) < len(items) else ""
+    m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(:?[-=+?])(.*)", body, re.DOTALL)
+    if m:
+        name, op, word = m.groups()
+        current = shell.variables.get(name)
+        unset = current is None or (op.startswith(":") and current in ("", []))
+        alternative = _expand_quoted(_unquote_default(word), shell)
+        if op.endswith("+"):
+            return "" if unset else alternative
+        if not unset:
+            return _value(name, shell)
+        if op.endswith("="):
+            shell.variables[name] = alternative
+        return alternative
+    if _NAME.fullmatch(body):
+        return _value(body, shell)
+    shell.warn(f"expansion ${{{body}}} not understood (read as empty)")
+    return ""
+
+
+def _unquote_default(word: str) -> str:
+    """The default of ``${VAR:-word}`` as double-quoted text (its own quotes removed)."""
+    out: list[str] = []
+    i, n = 0, len(word)
+    while i < n:
+        c = word[i]
+        if c == "'":
+            end = word.find("'", i + 1)
+            end = n if end < 0 else end
+            out.append(word[i + 1 : end].replace("\\", "\\\\").replace("$", "\\$"))
+            i = end + 1
+        elif c == '"':
+            end = _close_double(word, i)
+            out.append(word[i + 1 : end - 1])
+            i = end
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+_BINARY: dict[type[ast.operator], Callable[[int, int], int]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+
+
+def _arithmetic(expr: str, shell: _Shell) -> str:
+    """``$((expr))`` over integers; names are variables (unset: 0); bash's ``/`` truncates."""
+
+    def name_value(m: re.Match[str]) -> str:
+        value = _value(m.group(1) or m.group(0), shell, warn=False)
+        text = value[0] if isinstance(value, list) else value
+        return f"({text.strip() or '0'})"
+
+    substituted = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?|[A-Za-z_][A-Za-z0-9_]*", name_value, expr)
+    try:
+        tree = ast.parse(substituted.replace("/", "//").strip(), mode="eval")
+        return str(_eval(tree.body))
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        shell.warn(f"arithmetic $(({expr})) not evaluated (read as $((...)))")
+        return "$((...))"
+
+
+def _eval(node: ast.expr) -> int:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _eval(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _eval(node.left), _eval(node.right)
+        if isinstance(node.op, ast.FloorDiv):  # bash truncates toward zero
+            return int(left / right) if right else left // right
+        return _BINARY[type(node.op)](left, right)
+    raise ValueError("not integer arithmetic")
+
+
+# ---------------------------------------------------------------------- commands
+def _run(text: str, shell: _Shell, is_entry: Callable[[str], bool], depth: int) -> Invocation | None:
+    commands = _commands(text)
+    branches: list[tuple[bool, bool]] = []  # (this branch runs, some branch already ran)
+    skip_until: list[str] = []
+    for words in commands:
+        head = words[0].raw
+        if skip_until:
+            if head in _SKIPPED_BLOCKS:
+                skip_until.append(_SKIPPED_BLOCKS[head])
+            elif head == skip_until[-1]:
+                skip_until.pop()
+            continue
+        if head in ("then", "else", "do") and len(words) > 1:
+            if head == "else":
+                words = [words[0]]
+            else:
+                words = words[1:]
+                head = words[0].raw
+        if head == "if" or head == "elif":
+            if head == "elif" and branches:
+                running, taken = branches.pop()
+                taken = taken or running
+                ok = not taken and _test(words[1:], shell)
+                branches.append((ok, taken))
+            else:
+                outer = all(b[0] for b in branches)
+                branches.append((outer and _test(words[1:], shell), not outer))
+            continue
+        if head == "else" and branches:
+            running, taken = branches.pop()
+            branches.append((not (running or taken), True))
+            continue
+        if head == "fi" and branches:
+            branches.pop()
+            continue
+        if head == "then":
+            continue
+        if not all(b[0] for b in branches):
+            continue
+        if head in _SKIPPED_BLOCKS:
+            shell.warn(f"'{head}' block on line {words[0].line} skipped (its body is not run)")
+            skip_until.append(_SKIPPED_BLOCKS[head])
+            continue
+        found = _command(words, shell, is_entry, depth)
+        if found is not None:
+            return found
+    return None
+
+
+def _command(words: list[_Word], shell: _Shell, is_entry: Callable[[str], bool], depth: int) -> Invocation | None:
+    """Run one simple command: assignments, ``bash -c``, or the trainer invocation."""
+    i = 0
+    while i < len(words) and _assign(words[i].raw, shell):  # VAR=x [command]: set for our purpose
+        i += 1
+    if i == len(words):
+        return None
+    if words[i].raw in _DECLARE:
+        for w in words[i + 1 :]:
+            if not w.raw.startswith("-") and not _assign(w.raw, shell) and _NAME.fullmatch(w.raw) is None:
+                shell.warn(f"'{words[i].raw} {w.raw}' not understood")
+        return None
+    tokens = [t for w in words[i:] for t in _expand(w.raw, shell)]
+    for k, tok in enumerate(tokens):
+        if tok in ("-m", "--module") and k + 1 < len(tokens) and is_entry(tokens[k + 1]):
+            return Invocation(tokens[k + 1], tuple(tokens[k + 2 :]), words[0].line)
+        if tok.endswith(".py") and is_entry(tok):
+            return Invocation(tok, tuple(tokens[k + 1 :]), words[0].line)
+    for k, tok in enumerate(tokens[:-1]):
+        if tok == "-c" and k > 0 and tokens[k - 1].rsplit("/", 1)[-1] in ("bash", "sh") and depth < 4:
+            inner = _run(tokens[k + 1], shell, is_entry, depth + 1)
+            if inner is not None:
+                return inner
+    return None
+
+
+def _assign(raw: str, shell: _Shell) -> bool:
+    """Run ``raw`` if it is an assignment (``a=x``, ``a+=x``, ``a=(x y)``, ``a[i]=x``)."""
+    m = _ASSIGN.match(raw)
+    if not m:
+        return False
+    name, index, append = m.group(1), m.group(2), m.group(3)
+    rest = raw[m.end() :]
+    if rest.startswith("(") and rest.endswith(")") and index is None:
+        items = [t for w in _commands(rest[1:-1]) for word in w for t in _expand(word.raw, shell)]
+        old = shell.variables.get(name, [])
+        base = (old if isinstance(old, list) else [old]) if append else []
+        shell.variables[name] = base + items
+        return True
+    value = "".join(_expand_quoted_word(rest, shell))
+    if index is not None:
+        old = shell.variables.get(name, [])
+        items = list(old) if isinstance(old, list) else [old]
+        k = int(_arithmetic(index[1:-1], shell) or 0)
+        items.extend([""] * (k + 1 - len(items)))
+        items[k] = value
+        shell.variables[name] = items
+        return True
+    previous = _value(name, shell, warn=False) if append else ""
+    shell.variables[name] = (previous if isinstance(previous, str) else " ".join(previous)) + value
+    return True
+
+
+def _expand_quoted_word(raw: str, shell: _Shell) -> list[str]:
+    """An assignment's value: expanded, never split (bash does not split assignment values)."""
+    return [" ".join(_expand(f'"{_requote(raw)}"', shell))] if raw else [""]
+
+
+def _requote(raw: str) -> str:
+    """``raw`` as the inside of a double-quoted string with the same meaning."""
+    out: list[str] = []
+    i, n = 0, len(raw)
+    while i < n:
+        c = raw[i]
+        if c == "'":
+            end = raw.find("'", i + 1)
+            end = n if end < 0 else end
+            out.append(raw[i + 1 : end].replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`"))
+            i = end + 1
+        elif c == '"':
+            end = _close_double(raw, i)
+            out.append(raw[i + 1 : end - 1])
+            i = end
+        elif c == "\\" and i + 1 < n:
+            out.append(raw[i : i + 2] if raw[i + 1] in '$`"\\' else raw[i + 1])
+            i += 2
+        elif raw.startswith("$(", i) or raw.startswith("${", i):  # kept whole: quotes inside are its own
+            end = _matching(raw, i + 1, raw[i + 1], ")" if raw[i + 1] == "(" else "}")
+            out.append(raw[i : end + 1])
+            i = end + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _test(words: Sequence[_Word], shell: _Shell) -> bool:
+    """``[ a = b ]``, ``[[ a != b ]]``, ``[ -n a ]``, ``[ -z a ]``; anything else: True, warned."""
+    tokens = [t for w in words for t in (_expand(w.raw, shell) or [""])]
+    if tokens and tokens[0] in ("[", "[["):
+        tokens = tokens[1:]
+    if tokens and tokens[-1] in ("]", "]]"):
+        tokens = tokens[:-1]
+    if len(tokens) == 3 and tokens[1] in ("=", "==", "!="):
+        return (tokens[0] == tokens[2]) == (tokens[1] != "!=")
+    if len(tokens) == 2 and tokens[0] in ("-n", "-z"):
+        return bool(tokens[1]) == (tokens[0] == "-n")
+    if len(tokens) == 1:
+        return bool(tokens[0])
+    shell.warn(f"condition '{' '.join(w.raw for w in words)}' not evaluated (its 'then' branch is read)")
+    return True

@@ -1,0 +1,136 @@
+"""A verl launch script (``run_qwen2-7b.sh``) -> the configuration verl would build from it.
+
+The script's trainer invocation (read by :mod:`rlperf.frameworks.shell_script`) names an entry
+point and Hydra arguments: ``--config-path``/``--config-name`` pick the base YAML, every other
+argument is an override. What the entry point and the config name decide:
+
+- entry ``verl.experimental.fully_async_policy.*`` (or ``recipe.fully_async_policy.*``), or a
+  config name with ``fully_async``: verl's fully-async trainer;
+- entry ``*.one_step_off_policy.*`` or a config name with ``one_step_off``: the one-step-off
+  trainer;
+- a config name with ``megatron`` (``ppo_megatron_trainer``): every role's ``strategy`` is
+  ``megatron`` (that YAML's actor, ref, critic and reward-model defaults);
+- ``recipe.dapo.*`` / ``dapo_trainer``: verl's DAPO recipe (its YAML only adds keys the
+  overrides set: ``algorithm.filter_groups.*``, ``data.gen_batch_size``).
+
+When ``--config-path/--config-name`` name a YAML that exists next to the script, it is
+composed (Hydra ``defaults:``) and used as the base instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rlperf.frameworks.report import ImportReport
+from rlperf.frameworks.shell_script import read_launch_script
+from rlperf.scenario import ScenarioSpec
+
+# Entry points of verl's trainers (module names; a path to the .py file is accepted too).
+ENTRY_MODULES = (
+    "verl.trainer.main_ppo",
+    "verl.experimental.one_step_off_policy.main_ppo",
+    "verl.experimental.fully_async_policy.fully_async_main",
+    "recipe.one_step_off_policy.main_ppo",
+    "recipe.fully_async_policy.fully_async_main",
+    "recipe.dapo.main_dapo",
+)
+_MEGATRON_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic", "reward_model")
+
+
+def is_verl_entry(token: str) -> bool:
+    """Whether ``token`` runs a verl trainer (a module name or a path to its file)."""
+    module = token.removesuffix(".py").replace("/", ".").lstrip(".")
+    return any(module == m or module.endswith("." + m) for m in ENTRY_MODULES) or (
+        module.startswith(("verl.", "recipe.")) and module.rsplit(".", 1)[-1].startswith("main_")
+    )
+
+
+@dataclass(frozen=True)
+class VerlInvocation:
+    """What a verl command line says: the entry point, the config name, and the overrides."""
+
+    entry: str
+    config_name: str
+    config_file: Path | None
+    overrides: tuple[str, ...]
+
+    def recipe(self) -> str:
+        """``fully_async``, ``one_step_off`` or ``main``: which trainer the command runs."""
+        text = f"{self.entry} {self.config_name}"
+        if "fully_async" in text:
+            return "fully_async"
+        if "one_step_off" in text:
+            return "one_step_off"
+        return "main"
+
+    def base_tree(self) -> dict[str, Any]:
+        """The configuration the overrides apply to (what the config name implies)."""
+        if self.config_file is not None:
+            from rlperf.frameworks.hydra_compose import compose
+
+            return compose(self.config_file)
+        tree: dict[str, Any] = {}
+        if "megatron" in self.config_name:
+            for role in _MEGATRON_ROLES:
+                node = tree
+                for part in role.split("."):
+                    node = node.setdefault(part, {})
+                node["strategy"] = "megatron"
+        return tree
+
+
+def parse_invocation(entry: str, args: Sequence[str], script_dir: Path | None) -> VerlInvocation:
+    """Split Hydra's own arguments (``--config-path``, ``--config-name``, ``-cn``) from overrides."""
+    overrides: list[str] = []
+    path = name = ""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        flag, eq, value = arg.partition("=")
+        if flag in ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd"):
+            if not eq and i + 1 < len(args):
+                value, i = args[i + 1], i + 1
+            if flag in ("--config-path", "-cp"):
+                path = value
+            elif flag in ("--config-name", "-cn"):
+                name = value
+        elif not arg.startswith("-"):
+            overrides.append(arg)
+        i += 1
+    name = name.removesuffix(".yaml")
+    file = None
+    if name and script_dir is not None:
+        candidate = (script_dir / (path or ".") / f"{name}.yaml")
+        file = candidate if candidate.is_file() else None
+    return VerlInvocation(entry, name or "ppo_trainer", file, tuple(overrides))
+
+
+def import_verl_script(
+    path: str | Path,
+    overrides: Sequence[str] = (),
+    *,
+    env: Mapping[str, str] | None = None,
+    gpu: str = "H100",
+    mean_response_tokens: float | None = None,
+    model_config: str | None = None,
+) -> tuple[ScenarioSpec, ImportReport]:
+    """A scenario from a verl launch script; ``overrides`` apply after the script's own."""
+    from rlperf.frameworks.verl_import import import_verl
+    from rlperf.inputs import read_text
+
+    p = Path(path)
+    reading = read_launch_script(read_text(p, "script"), is_verl_entry, env)
+    inv = parse_invocation(reading.invocation.entry, reading.invocation.args, p.parent)
+    spec, report = import_verl(
+        inv.base_tree(),
+        [*inv.overrides, *overrides],
+        gpu=gpu,
+        mean_response_tokens=mean_response_tokens,
+        recipe=inv.recipe(),
+        source=f"{p.name} ({inv.entry}, config {inv.config_name})",
+        model_config=model_config,
+    )
+    return spec, replace(report, warnings=reading.warnings)

@@ -1,0 +1,90 @@
+"""The launch-script reader follows bash's expansion rules for the trainer's command line."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from rlperf.errors import SpecError
+from rlperf.frameworks.shell_script import read_launch_script
+
+
+def _is_trainer(token: str) -> bool:
+    return token.endswith("trainer.main")
+
+
+def args_of(script: str, **env: str) -> tuple[str, ...]:
+    return read_launch_script(script, _is_trainer, env).invocation.args
+
+
+SCRIPT = r"""#!/usr/bin/env bash
+set -xeuo pipefail
+export N=${N:-4}          # a comment
+PROMPT=$((1024 * 2))
+name='it''s'
+arr=(--a "b c"
+     # a comment inside an array
+     --d)
+if [ "$N" = "4" ]; then
+    mode=four
+elif [ "$N" == "8" ]; then
+    mode=eight
+else
+    mode=other
+fi
+ray job submit --address="http://x:8265" \
+    -- python3 -m trainer.main \
+    n=$N p=${PROMPT} x="${UNSET:-dflt}" "${arr[@]}" name=$name mode=$mode "$@" \
+    q=$(( (PROMPT + 1) / 2 )) 2>&1 | tee log.txt
+"""
+
+
+def test_expansions_as_bash_would() -> None:
+    assert args_of(SCRIPT) == (
+        "n=4", "p=2048", "x=dflt", "--a", "b c", "--d", "name=its", "mode=four", "q=1024",
+    )
+
+
+def test_environment_reaches_defaults_but_not_plain_assignments() -> None:
+    args = args_of(SCRIPT, N="8", PROMPT="7")
+    assert args[:2] == ("n=8", "p=2048") and "mode=eight" in args
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash to compare with")
+def test_matches_bash_on_the_example() -> None:
+    """bash itself, with the trainer replaced by a printer of its arguments."""
+    printer = SCRIPT.replace("ray job submit --address=\"http://x:8265\" \\\n    -- python3 -m trainer.main", "printf '%s\\n'")
+    printer = printer.replace(" 2>&1 | tee log.txt", "").replace("set -xeuo pipefail", "")
+    out = subprocess.run(["bash", "-c", printer], capture_output=True, text=True, timeout=10, check=True, env={"PATH": "/usr/bin:/bin"})
+    assert tuple(out.stdout.splitlines()) == args_of(SCRIPT)
+
+
+def test_command_substitution_is_named_not_run() -> None:
+    reading = read_launch_script('D=$(dirname "$0")\npython -m trainer.main out=$D/x `date`', _is_trainer)
+    assert reading.invocation.args == ("out=$(...)/x", "$(...)")
+    assert any('$(dirname "$0")' in w for w in reading.warnings) and any("`date`" in w for w in reading.warnings)
+
+
+def test_unset_variables_are_empty_and_named() -> None:
+    reading = read_launch_script("python -m trainer.main a=${MISSING}b", _is_trainer)
+    assert reading.invocation.args == ("a=b",)
+    assert any("MISSING" in w and "--set MISSING=" in w for w in reading.warnings)
+
+
+def test_bash_c_string_inside_srun_is_read() -> None:
+    script = 'srun -w "$node" bash -c \\\n  "pip install x && python3 -m trainer.main --k 1 --j=\\"2\\"" &>> log'
+    assert args_of(script) == ("--k", "1", "--j=2")
+
+
+def test_loops_are_skipped_and_positional_defaults_used() -> None:
+    script = "for i in 1 2; do\n  x=$i\ndone\nENGINE=${1:-vllm}\npython3 -m trainer.main e=$ENGINE x=${x:-none}"
+    reading = read_launch_script(script, _is_trainer)
+    assert reading.invocation.args == ("e=vllm", "x=none")
+    assert any("'for' block" in w for w in reading.warnings)
+
+
+def test_no_invocation_is_one_line_error() -> None:
+    with pytest.raises(SpecError, match="no trainer invocation"):
+        read_launch_script("echo hello", _is_trainer)

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from rlperf.errors import SpecError, parse
+from rlperf.inputs.ranges import NumExperts, NumHeads, NumLayers, VocabSize, Width
 from rlperf.specs.base import Spec
 from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.model_blocks import MLPSpec, NormSpec, PositionSpec
@@ -40,9 +41,9 @@ Recompute = Literal["none", "selective", "full"]
 class MoESpec(Spec):
     """Mixture-of-experts feed-forward blocks."""
 
-    num_experts: int = Field(gt=0)
-    experts_per_token: int = Field(gt=0)
-    expert_intermediate_size: int = Field(gt=0)
+    num_experts: NumExperts
+    experts_per_token: NumExperts
+    expert_intermediate_size: Width
     # Shared (always-on) experts: DeepSeek-V3 has n_shared_experts of expert width, fused into one
     # MLP; Qwen2-MoE has one shared MLP of its own width plus a sigmoid gate (d -> 1).
     shared_intermediate_size: int = Field(default=0, ge=0)
@@ -64,10 +65,10 @@ class MLASpec(Spec):
     """Multi-head latent attention (DeepSeek-V2/V3)."""
 
     q_lora_rank: int | None = Field(default=None, gt=0)
-    kv_lora_rank: int = Field(gt=0)
-    qk_nope_head_dim: int = Field(gt=0)
-    qk_rope_head_dim: int = Field(gt=0)
-    v_head_dim: int = Field(gt=0)
+    kv_lora_rank: Width
+    qk_nope_head_dim: Width
+    qk_rope_head_dim: Width
+    v_head_dim: Width
 
 
 @dataclass(frozen=True)
@@ -102,13 +103,13 @@ class ModelSpec(Spec):
 
     name: str = Field(min_length=1)
     architecture: str = Field(min_length=1)  # HF model_type, e.g. "qwen2", "llama", "deepseek_v3"
-    hidden_size: int = Field(gt=0)
-    num_layers: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)  # dense MLP width
-    vocab_size: int = Field(gt=0)
+    hidden_size: Width
+    num_layers: NumLayers
+    num_heads: NumHeads
+    num_kv_heads: NumHeads
+    head_dim: Width
+    intermediate_size: Width  # dense MLP width
+    vocab_size: VocabSize
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
     o_bias: bool = False
@@ -116,7 +117,7 @@ class ModelSpec(Spec):
         False  # biases on dense and shared-expert MLPs (routed experts never have them)
     )
     qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on q and k
-    max_position_embeddings: int = Field(default=32768, gt=0)
+    max_position_embeddings: int = Field(default=32768, gt=0, le=2**30)
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     # Block structure; the defaults are Llama's (see rlperf.specs.model_blocks).

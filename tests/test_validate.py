@@ -40,14 +40,23 @@ def _case(**over: object) -> dict:
         "source_url": "https://example.org/a",
         "metric": {"kind": "step_time_s"},
         "measured": 10.0,
+        "lengths": "published",
         "scenario": {"template": "small"},
     }
     base.update(over)
     return base
 
 
+UNKNOWN_LENGTHS = {
+    **SMALL_SCENARIO,
+    "workload": {**SMALL_SCENARIO["workload"],
+                 "response_length": {"kind": "lognormal", "mean_tokens": "unknown", "sigma": 1.0, "cap_tokens": 1024}},
+}
+
+
 def _file(*cases: dict) -> dict:
-    return {"version": 1, "simulation": {"iterations": 2, "warmup": 1}, "templates": {"small": SMALL_SCENARIO},
+    return {"version": 1, "simulation": {"iterations": 2, "warmup": 1},
+            "templates": {"small": SMALL_SCENARIO, "small-unknown": UNKNOWN_LENGTHS},
             "cases": list(cases), "skipped": [{"id": "x", "reason": "no hardware given"}]}
 
 
@@ -110,7 +119,7 @@ def test_split_is_by_source_and_stable() -> None:
 
 # ---------------------------------------------------------------------------- statistics
 def _r(measured: float, predicted: float, metric: str = "step_time_s", split: str = "calibration",
-       lengths: str = "assumed", failure: str | None = None) -> CaseResult:
+       lengths: str = "published", failure: str | None = None) -> CaseResult:
     return CaseResult(id=f"{metric}{measured}{predicted}", metric=metric, label=metric, split=split, lengths=lengths,
                       source_url="u", measured=measured, predicted=predicted, failure=failure)
 
@@ -130,16 +139,53 @@ def test_error_stats_on_synthetic_numbers() -> None:
 
 
 def test_summarize_groups_by_kind_split_and_lengths() -> None:
-    rs = [_r(100, 110), _r(100, 200, split="holdout"), _r(2.0, 1.0, metric="speedup", lengths="published")]
+    rs = [_r(100, 110), _r(100, 200, split="holdout"), _r(2.0, 1.0, metric="speedup", lengths="not_used")]
     by = {(s.metric, s.split, s.lengths): s for s in summarize(rs)}
     assert by[("step_time_s", "calibration", "all")].median_abs_error_pct == pytest.approx(10.0)
     assert by[("step_time_s", "holdout", "all")].median_abs_error_pct == pytest.approx(100.0)
     assert by[("step_time_s", "all", "all")].num_cases == 2
     assert by[("speedup", "calibration", "all")].median_abs_error_pct == pytest.approx(50.0)
     assert by[("all", "all", "all")].num_cases == 3
-    assert by[("all", "all", "published")].num_cases == 1
-    assert by[("step_time_s", "all", "assumed")].num_cases == 2
+    assert by[("all", "all", "not_used")].num_cases == 1
+    assert by[("step_time_s", "all", "published")].num_cases == 2
     assert ("throughput", "all", "all") not in by  # kinds without cases are left out
+
+
+# ---------------------------------------------------------------------------- unknown lengths
+def test_length_fit_interpolates_in_log_log_and_judges_plausibility() -> None:
+    from rlperf.validate import LengthFit
+
+    f = LengthFit((100.0, 1000.0, 10000.0), (10.0, 100.0, 1000.0), 300.0, 128, 20000)
+    assert f.matching_mean_tokens == pytest.approx(3000.0)
+    assert f.plausible
+    low = replace(f, measured=5.0)  # below the swept range: extrapolated, shorter than plausible
+    assert low.matching_mean_tokens == pytest.approx(50.0) and not low.plausible
+    long = replace(f, measured=5000.0)
+    assert long.matching_mean_tokens == pytest.approx(50000.0) and not long.plausible  # beyond the cap
+    flat = LengthFit((100.0, 1000.0), (7.0, 7.0), 9.0, 128, 2048)
+    assert math.isnan(flat.matching_mean_tokens) and not flat.plausible
+
+
+def test_unknown_lengths_must_be_declared_both_ways(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="mean_tokens"):  # a guessed mean under lengths: unknown
+        load_cases(_write(tmp_path, _file(_case(lengths="unknown"))))
+    with pytest.raises(SpecError, match="mean_tokens"):  # mean unknown but lengths: published
+        load_cases(_write(tmp_path, _file(_case(scenario={"template": "small-unknown"}))))
+
+
+def test_unknown_length_case_is_a_length_fit_not_an_error(tmp_path: Path) -> None:
+    cases = [_case(id="known"), _case(id="unknown", lengths="unknown", scenario={"template": "small-unknown"})]
+    cf = load_cases(_write(tmp_path, _file(*cases)))
+    sweep = cf.cases[1].sweep
+    assert [p.mean_tokens for p in sweep] == [128.0, 256.0, 512.0]  # 128 .. cap/2, geometric
+    assert {p.scenario["workload"]["response_length"]["mean_tokens"] for p in sweep} == {128.0, 256.0, 512.0}
+    rep = validate(cf, jobs=1)
+    got = {c.id: c for c in rep.cases}
+    fit = got["unknown"].length_fit
+    assert fit is not None and got["known"].length_fit is None
+    assert list(fit.predicted) == sorted(fit.predicted)  # longer responses, longer steps
+    assert rep.stats("all", "all").num_cases == 1  # only the published-length case is scored
+    assert rep.to_dict()["length_fits"]["cases"] == 1
 
 
 # ---------------------------------------------------------------------------- end to end
@@ -181,16 +227,22 @@ def test_shipped_subset_runs(tmp_path: Path) -> None:
     cf = load_cases()
     pick = {"verl-ckptengine-qwen2.5-math-7b-off", "verl-fp8-rollout-qwen3-8b", "rollpacker-char-verl-14b-math"}
     short = {"iterations": 2, "warmup": 1}
+    def shorten(p):  # type: ignore[no-untyped-def]
+        return replace(p, scenario={**p.scenario, "simulation": short},
+                       baseline=None if p.baseline is None else {**p.baseline, "simulation": short})
+
     sub = tuple(
-        replace(c, scenario={**c.scenario, "simulation": short},
-                baseline=None if c.baseline is None else {**c.baseline, "simulation": short})
+        replace(shorten(c), sweep=tuple(shorten(p) for p in c.sweep[::2]))  # lowest and highest mean
         for c in cf.cases if c.id in pick
     )
     assert len(sub) == 3
     rep = validate(CaseFile(cf.path, sub, ()), jobs=1)
     for c in rep.cases:
         assert c.ok, (c.id, c.failure)
-        assert math.isfinite(c.error_pct)
+        if c.length_fit is None:
+            assert math.isfinite(c.error_pct)
+        else:  # lengths not published: predictions at the swept means instead of an error
+            assert len(c.length_fit.predicted) == 2 and all(v > 0 for v in c.length_fit.predicted)
 
 
 # ---------------------------------------------------------------------------- calibration
@@ -217,7 +269,7 @@ def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch:
 
     cases = (_case(id="gen", source_url="https://example.org/d", lengths="published"),
              _case(id="upd", source_url="https://example.org/e", lengths="published"),
-             _case(id="assumed", source_url="https://example.org/e"),
+             _case(id="assumed", source_url="https://example.org/e", lengths="unknown", scenario={"template": "small-unknown"}),
              _case(id="sync", source_url="https://example.org/e", lengths="not_used"),
              _case(id="held", source_url="https://example.org/a", lengths="published"))
     cf = load_cases(_write(tmp_path, _file(*cases)), check=False)

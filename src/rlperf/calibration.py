@@ -20,9 +20,9 @@ The two ``set`` parameters have no shipped value (no published figure): their ne
 On what: the cases on the ``calibration`` side of
 :func:`rlperf.validation_cases.calibration_split` (decided by the source document, fixed before
 any error was seen) whose response lengths the source publishes (``lengths: published``) or
-that do not depend on them (``not_used``: weight-sync times). Where the lengths are assumed, the
-error is dominated by the length assumption (most of those measured times lie below the assumed
-scenario's work-depth bound), and a fit there would turn a workload error into an efficiency.
+that do not depend on them (``not_used``: weight-sync times). Where the lengths are unknown
+there is no error to fit, only a matching mean length (rlperf.validate.LengthFit); a fit on a
+guessed mean would turn a workload error into an efficiency.
 The ``holdout`` cases never enter the fit; their error is reported apart, for all of them.
 
 How: block coordinate descent over a fixed grid per parameter (``decode`` and ``engine_step``
@@ -132,12 +132,12 @@ def describe(factors: Mapping[str, float] | Sequence[tuple[str, float]]) -> str:
 
 def mean_log_error(results: Sequence[CaseResult]) -> float:
     """Mean of |ln(predicted / measured)| over the successful cases (the fit's loss)."""
-    errs = [r.log_error for r in results if r.ok]
+    errs = [r.log_error for r in results if r.scored]
     return float(np.mean(errs)) if errs else math.inf
 
 
 def median_log_error(results: Sequence[CaseResult]) -> float:
-    errs = [r.log_error for r in results if r.ok]
+    errs = [r.log_error for r in results if r.scored]
     return float(np.median(errs)) if errs else math.inf
 
 

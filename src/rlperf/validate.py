@@ -5,6 +5,12 @@ stage costs; the metric is read from the result and compared with the published 
 
     error % = 100 (predicted - measured) / measured
 
+Cases whose source does not publish the response lengths (``lengths: unknown``) are not scored
+at a guessed mean: they are simulated at a sweep of means (:class:`rlperf.validation_cases.
+LengthSweep`) and reported as a :class:`LengthFit`, the mean response length at which the
+prediction equals the measurement (interpolated in log-log between the swept points) and whether
+it is plausible (within ``[lower_tokens, cap]``). They do not enter the error statistics.
+
 The summary gives, per metric kind and per side of the calibration split (see
 :func:`rlperf.validation_cases.calibration_split`): the number of cases, the median absolute
 percentage error, and the share of cases within 25% and within 50%. Cases whose scenario the
@@ -32,6 +38,7 @@ from rlperf.errors import SpecError
 from rlperf.validation_cases import (
     METRIC_KINDS,
     CaseFile,
+    LengthPoint,
     Metric,
     Skipped,
     ValidationCase,
@@ -72,12 +79,59 @@ class SimSummary:
 
 
 @dataclass(frozen=True)
+class LengthFit:
+    """A case without published lengths, as a function of the mean response length."""
+
+    means_tokens: tuple[float, ...]  # the swept means, ascending
+    predicted: tuple[float, ...]  # the prediction at each
+    measured: float
+    lower_tokens: int  # plausible means: [lower_tokens, cap_tokens]
+    cap_tokens: int
+
+    @property
+    def matching_mean_tokens(self) -> float:
+        """The mean at which the prediction equals the measurement: log-log interpolation
+        between swept points, else extrapolation from the nearest end segment (nan: the
+        prediction does not move with the mean, or a prediction is not positive)."""
+        x = np.log(np.asarray(self.means_tokens, dtype=float))
+        v = np.asarray(self.predicted, dtype=float)
+        if v.size < 2 or not np.all(v > 0) or not np.all(np.isfinite(v)):
+            return math.nan
+        y, target = np.log(v), math.log(self.measured)
+        for i in range(v.size - 1):
+            lo, hi = sorted((y[i], y[i + 1]))
+            if lo <= target <= hi and hi > lo:
+                return float(math.exp(x[i] + (target - y[i]) * (x[i + 1] - x[i]) / (y[i + 1] - y[i])))
+        # outside the swept range: extend the end segment whose prediction is nearer
+        i = 0 if abs(target - y[0]) <= abs(target - y[-1]) else v.size - 2
+        slope = (y[i + 1] - y[i]) / (x[i + 1] - x[i])
+        if abs(slope) < 1e-3:
+            return math.nan
+        return float(math.exp(x[i] + (target - y[i]) / slope))
+
+    @property
+    def plausible(self) -> bool:
+        m = self.matching_mean_tokens
+        return not math.isnan(m) and self.lower_tokens <= m <= self.cap_tokens
+
+    @property
+    def range_text(self) -> str:
+        """The predicted range over the sweep, e.g. ``120..4,100``."""
+        lo, hi = min(self.predicted), max(self.predicted)
+        return f"{_short(lo)}..{_short(hi)}"
+
+
+def _short(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+
+@dataclass(frozen=True)
 class CaseResult:
     id: str
     metric: str  # kind
     label: str  # kind with unit and stages, for tables
     split: str
-    lengths: str  # "published", "assumed" or "not_used" (see Case.lengths)
+    lengths: str  # "published", "unknown" or "not_used" (see Case.lengths)
     source_url: str
     measured: float
     predicted: float  # nan when failed
@@ -86,10 +140,16 @@ class CaseResult:
     # otherwise). A measured time below it means the scenario, as assumed, cannot be what ran
     # (e.g. more tokens than the measured time allows at the profile's efficiencies).
     bound: float = math.nan
+    length_fit: LengthFit | None = None  # lengths unknown: the prediction over the swept means
 
     @property
     def ok(self) -> bool:
         return self.failure is None
+
+    @property
+    def scored(self) -> bool:
+        """In the error statistics: predicted, at published lengths (or none used)."""
+        return self.ok and self.length_fit is None
 
     @property
     def below_bound(self) -> bool:
@@ -115,7 +175,7 @@ class ErrorStats:
 
     metric: str  # a metric kind, or "all"
     split: str  # "calibration", "holdout" or "all"
-    lengths: str  # "published", "assumed", "not_used" or "all"
+    lengths: str  # "published", "not_used" or "all" (unknown-length cases are never scored)
     num_cases: int
     median_abs_error_pct: float  # nan without cases
     within_25_pct: float  # share of cases with |error| <= 25%, in [0, 1]
@@ -136,30 +196,49 @@ class ValidationReport:
                 return s
         raise KeyError((metric, split, lengths))
 
+    @property
+    def length_fits(self) -> tuple[CaseResult, ...]:
+        """The predicted cases without published lengths (scored as a function of the mean)."""
+        return tuple(c for c in self.cases if c.ok and c.length_fit is not None)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "profile": self.profile,
             "notes": list(self.notes),
-            "cases": [
-                {
-                    "id": c.id, "metric": c.label, "split": c.split, "lengths": c.lengths, "measured": c.measured,
-                    "predicted": None if not c.ok else c.predicted,
-                    "error_pct": None if not c.ok else c.error_pct,
-                    "bound": None if math.isnan(c.bound) else c.bound, "below_bound": c.below_bound,
-                    "failure": c.failure, "source_url": c.source_url,
-                }
-                for c in self.cases
-            ],
+            "cases": [_case_dict(c) for c in self.cases],
             "summary": [s.__dict__ for s in self.summary],
+            "length_fits": {
+                "cases": len(self.length_fits),
+                "plausible": sum(c.length_fit.plausible for c in self.length_fits if c.length_fit is not None),
+            },
             "skipped": [s.model_dump() for s in self.skipped],
         }
+
+
+def _case_dict(c: CaseResult) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": c.id, "metric": c.label, "split": c.split, "lengths": c.lengths, "measured": c.measured,
+        "predicted": c.predicted if c.scored else None,
+        "error_pct": c.error_pct if c.scored else None,
+        "bound": None if math.isnan(c.bound) else c.bound, "below_bound": c.below_bound,
+        "failure": c.failure, "source_url": c.source_url,
+    }
+    f = c.length_fit
+    if f is not None:
+        m = f.matching_mean_tokens
+        out["length_fit"] = {
+            "means_tokens": list(f.means_tokens), "predicted": list(f.predicted),
+            "matching_mean_tokens": None if math.isnan(m) else m, "plausible": f.plausible,
+            "plausible_range_tokens": [f.lower_tokens, f.cap_tokens],
+        }
+    return out
 
 
 # ---------------------------------------------------------------------------- statistics
 def error_stats(results: Iterable[CaseResult], metric: str = "all", split: str = "all",
                 lengths: str = "all") -> ErrorStats:
     """Median absolute % error and the shares within 25% / 50% of the successful cases."""
-    errs = np.array([r.abs_error_pct for r in results if r.ok], dtype=float)
+    errs = np.array([r.abs_error_pct for r in results if r.scored], dtype=float)
     if errs.size == 0:
         return ErrorStats(metric, split, lengths, 0, math.nan, math.nan, math.nan)
     return ErrorStats(
@@ -183,15 +262,16 @@ def _select(results: Sequence[CaseResult], kind: str, split: str, lengths: str) 
 
 def summarize(results: Sequence[CaseResult]) -> tuple[ErrorStats, ...]:
     """Stats per metric kind (in METRIC_KINDS order) and overall, for every split and all; then
-    step times and all kinds again, by whether the response lengths were published or assumed."""
+    step times and all kinds again, for the cases whose lengths are published and for those that
+    use none. Only scored cases count (unknown-length cases are length fits, not errors)."""
     out: list[ErrorStats] = []
-    kinds = [k for k in METRIC_KINDS if any(r.metric == k for r in results)] + ["all"]
+    kinds = [k for k in METRIC_KINDS if any(r.metric == k and r.scored for r in results)] + ["all"]
     splits = ("calibration", "holdout", "all")
     for kind in kinds:
         for split in splits:
             out.append(error_stats(_select(results, kind, split, "all"), kind, split, "all"))
     for kind in ("step_time_s", "all"):
-        for lengths in ("published", "assumed"):
+        for lengths in ("published", "not_used"):
             for split in splits:
                 out.append(error_stats(_select(results, kind, split, lengths), kind, split, lengths))
     return tuple(out)
@@ -275,17 +355,16 @@ def _value(metric: Metric, s: SimSummary) -> float:
     return rate / s.num_gpus if metric.unit.endswith("per_gpu") else rate
 
 
-def predict(case: ValidationCase, sims: Mapping[str, SimSummary | str], profile_path: str | None = None) -> CaseResult:
-    m = case.spec.metric
-    result = partial(CaseResult, id=case.id, metric=m.kind, label=m.label, split=case.split,
-                     lengths=case.spec.lengths, source_url=case.spec.source_url, measured=case.spec.measured)
-    got = sims[scenario_key(with_profile_file(case.scenario, profile_path))]
+def _predict_point(m: Metric, point: LengthPoint, sims: Mapping[str, SimSummary | str],
+                   profile_path: str | None) -> tuple[float, float] | str:
+    """(value, work-depth bound) of the metric at one point; a one-line reason when it fails."""
+    got = sims[scenario_key(with_profile_file(point.scenario, profile_path))]
     base: SimSummary | str | None = None
-    if case.baseline is not None:
-        base = sims[scenario_key(with_profile_file(case.baseline, profile_path))]
+    if point.baseline is not None:
+        base = sims[scenario_key(with_profile_file(point.baseline, profile_path))]
     for what, s in (("scenario", got), ("baseline", base)):
         if isinstance(s, str):
-            return result(predicted=math.nan, failure=f"{what}: {s}")
+            return f"{what}: {s}"
     assert isinstance(got, SimSummary)
     try:
         value = _value(m, got)
@@ -293,21 +372,38 @@ def predict(case: ValidationCase, sims: Mapping[str, SimSummary | str], profile_
             assert isinstance(base, SimSummary)
             value = _value(m, base) / value
     except SpecError as err:
-        return result(predicted=math.nan, failure=str(err))
+        return str(err)
     bound = math.nan
     if m.kind == "step_time_s":
         bound = got.lower_bound_s
     elif m.kind == "stage_time_s":
         bound = got.stage_bound(m.stages)
-    return result(predicted=float(value), bound=bound)
+    return float(value), bound
+
+
+def predict(case: ValidationCase, sims: Mapping[str, SimSummary | str], profile_path: str | None = None) -> CaseResult:
+    m = case.spec.metric
+    result = partial(CaseResult, id=case.id, metric=m.kind, label=m.label, split=case.split,
+                     lengths=case.spec.lengths, source_url=case.spec.source_url, measured=case.spec.measured)
+    got = [_predict_point(m, p, sims, profile_path) for p in case.points]
+    for g in got:
+        if isinstance(g, str):
+            return result(predicted=math.nan, failure=g)
+    values = [g for g in got if not isinstance(g, str)]
+    if not case.sweep:
+        return result(predicted=values[0][0], bound=values[0][1])
+    fit = LengthFit(tuple(p.mean_tokens for p in case.sweep), tuple(v for v, _ in values), case.spec.measured,
+                    case.lower_tokens, case.cap_tokens)
+    return result(predicted=math.nan, length_fit=fit)
 
 
 def case_keys(cases: Iterable[ValidationCase], profile_path: str | None = None) -> list[str]:
     keys: list[str] = []
     for c in cases:
-        for sc in (c.scenario, c.baseline):
-            if sc is not None:
-                keys.append(scenario_key(with_profile_file(sc, profile_path)))
+        for p in c.points:
+            for sc in (p.scenario, p.baseline):
+                if sc is not None:
+                    keys.append(scenario_key(with_profile_file(sc, profile_path)))
     return keys
 
 

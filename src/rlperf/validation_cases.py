@@ -15,13 +15,21 @@ cases:
     metric: {kind: step_time_s}          # see Metric
     measured: 749
     published: "749 s (table 'step')"    # the value as written, when `measured` converts it
-    lengths: assumed                     # or published (the source gives them) or not_used
+    lengths: unknown                     # or published (the source gives them) or not_used
     scenario: {template: verl-h20, cluster: {num_nodes: 2}, plan: {...}}
     baseline: {...}                      # speedup only: the setup the speedup is measured against
     assumptions: ["batch 512 prompts (the recipe script of the time; not in the doc)", ...]
 skipped:
   - {id: verl-v030-release-speedup, reason: "no setup given"}
 ```
+
+**Response lengths the source does not publish** are written ``mean_tokens: unknown`` in the
+scenario's ``response_length`` (a log-normal with its published cap), and the case says
+``lengths: unknown``. Such a case is not scored at one guessed mean: it is simulated at the
+means of the file's ``length_sweep`` (geometric from ``lower_tokens`` to ``upper_cap_fraction``
+x cap), and ``rlperf validate`` reports the mean response length at which the prediction would
+equal the measurement, and whether that mean is plausible (within ``[lower_tokens, cap]``).
+Only cases with published lengths (or none used) enter the error statistics.
 
 A scenario is a :class:`rlperf.scenario.ScenarioSpec` mapping; ``template: NAME`` deep-merges
 the named template under it (mappings merge key by key, everything else is replaced). Model
@@ -34,6 +42,7 @@ Every error is one line naming the case and the field: ``cases[ID].scenario.plan
 from __future__ import annotations
 
 import json
+import math
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -100,9 +109,10 @@ class Case(Spec):
     published: str = ""
     scenario: dict[str, Any]
     baseline: dict[str, Any] | None = None
-    # Whether the source publishes the response lengths (a mean or a range), the case assumes
-    # them, or the metric does not depend on them (weight sync); reported apart in the summary.
-    lengths: Literal["published", "assumed", "not_used"] = "assumed"
+    # Whether the source publishes the response lengths (a mean or a range), does not (the case
+    # is then scored as a function of the mean: see the module docstring), or the metric does
+    # not depend on them (weight sync).
+    lengths: Literal["published", "unknown", "not_used"] = "unknown"
     assumptions: tuple[str, ...] = ()
 
     @model_validator(mode="after")
@@ -118,26 +128,66 @@ class Skipped(Spec):
     source_url: str = ""
 
 
+class LengthSweep(Spec):
+    """Mean response lengths at which a case without published lengths is simulated."""
+
+    lower_tokens: int = Field(default=128, gt=0)  # the shortest plausible mean response
+    upper_cap_fraction: float = Field(default=0.5, gt=0, lt=1)  # the longest mean simulated, x cap
+    points: int = Field(default=3, ge=2, le=8)
+
+    def means(self, cap_tokens: int) -> tuple[float, ...]:
+        """``points`` means, geometric from ``lower_tokens`` to ``upper_cap_fraction x cap``."""
+        lo, hi = float(min(self.lower_tokens, cap_tokens / 4)), self.upper_cap_fraction * cap_tokens
+        if hi <= lo:
+            return (hi,)
+        r = (hi / lo) ** (1.0 / (self.points - 1))
+        return tuple(round(lo * r**i, 1) for i in range(self.points))
+
+
+UNKNOWN = "unknown"  # the value of ``response_length.mean_tokens`` the source does not publish
+
+
 class CaseFileSpec(Spec):
     version: Literal[1] = 1
     simulation: dict[str, Any] = Field(default_factory=dict)
+    length_sweep: LengthSweep = LengthSweep()
     templates: dict[str, dict[str, Any]] = Field(default_factory=dict)
     cases: tuple[dict[str, Any], ...] = ()  # validated one by one (errors name the case)
     skipped: tuple[Skipped, ...] = ()
 
 
 @dataclass(frozen=True)
+class LengthPoint:
+    """A case's scenarios with the unknown mean response length set to ``mean_tokens``."""
+
+    mean_tokens: float
+    scenario: dict[str, Any]
+    baseline: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
 class ValidationCase:
-    """A validated case with its scenarios expanded (templates merged, paths resolved)."""
+    """A validated case with its scenarios expanded (templates merged, paths resolved).
+
+    With published lengths ``scenario``/``baseline`` are what is simulated; with unknown lengths
+    ``sweep`` holds them at each swept mean (``scenario`` is then the first point's)."""
 
     spec: Case
     scenario: dict[str, Any]
     baseline: dict[str, Any] | None
     split: Split
+    sweep: tuple[LengthPoint, ...] = ()
+    lower_tokens: int = 0  # the shortest plausible mean (unknown lengths)
+    cap_tokens: int = 0  # the response cap (unknown lengths)
 
     @property
     def id(self) -> str:
         return self.spec.id
+
+    @property
+    def points(self) -> tuple[LengthPoint, ...]:
+        """What to simulate: the sweep, or the one published point."""
+        return self.sweep or (LengthPoint(math.nan, self.scenario, self.baseline),)
 
 
 @dataclass(frozen=True)
@@ -228,6 +278,43 @@ def check_scenario(mapping: Mapping[str, Any], where: str) -> None:
         raise SpecError(f"{where}.{err.field}", err.problem, err.allowed) from None
 
 
+def _response_mean(sc: Mapping[str, Any]) -> tuple[Any, int]:
+    """(mean_tokens as written, cap) of a scenario's explicit response length (None, 0 if none)."""
+    rl = sc.get("workload", {}).get("response_length", {}) if isinstance(sc.get("workload"), Mapping) else {}
+    if not isinstance(rl, Mapping):
+        return None, 0
+    return rl.get("mean_tokens"), int(rl.get("cap_tokens", 0) or 0)
+
+
+def _at_mean(sc: Mapping[str, Any], mean: float) -> dict[str, Any]:
+    return deep_merge(sc, {"workload": {"response_length": {"mean_tokens": mean}}})
+
+
+def _sweep(case: Case, scenario: dict[str, Any], baseline: dict[str, Any] | None, sweep: LengthSweep,
+           where: str) -> tuple[tuple[LengthPoint, ...], int]:
+    """The sweep of an unknown-length case; checks that ``mean_tokens: unknown`` and ``lengths``
+    agree in the scenario and its baseline."""
+    mean, cap = _response_mean(scenario)
+    unknown = mean == UNKNOWN
+    for field, sc in (("scenario", scenario), ("baseline", baseline)):
+        here = sc is not None and _response_mean(sc)[0] == UNKNOWN
+        if sc is not None and here != (case.lengths == "unknown"):
+            raise SpecError(
+                f"{where}.{field}.workload.response_length.mean_tokens",
+                f"is {'unknown' if here else 'given'} but the case says lengths: {case.lengths}",
+                "mean_tokens: unknown exactly when lengths: unknown",
+            )
+    if not unknown:
+        return (), 0
+    if not cap:
+        raise SpecError(f"{where}.scenario.workload.response_length.cap_tokens", "needed when mean_tokens is unknown")
+    points = tuple(
+        LengthPoint(m, _at_mean(scenario, m), None if baseline is None else _at_mean(baseline, m))
+        for m in sweep.means(cap)
+    )
+    return points, cap
+
+
 def _case(raw: Any, i: int, spec: CaseFileSpec, base_dir: Path, check: bool) -> ValidationCase:
     cid = raw.get("id", f"#{i}") if isinstance(raw, Mapping) else f"#{i}"
     where = f"cases[{cid}]"
@@ -243,13 +330,18 @@ def _case(raw: Any, i: int, spec: CaseFileSpec, base_dir: Path, check: bool) -> 
         if "simulation" not in sc and spec.simulation:
             sc["simulation"] = dict(spec.simulation)
         sc.setdefault("name", case.id if field == "scenario" else f"{case.id}:baseline")
-        sc = _resolve_paths(sc, base_dir)
-        if check:
-            check_scenario(sc, f"{where}.{field}")
-        scenarios.append(sc)
+        scenarios.append(_resolve_paths(sc, base_dir))
     scenario, baseline = scenarios
     assert scenario is not None
-    return ValidationCase(case, scenario, baseline, calibration_split(case.source_url))
+    sweep, cap = _sweep(case, scenario, baseline, spec.length_sweep, where)
+    if sweep:
+        scenario, baseline = sweep[0].scenario, sweep[0].baseline
+    if check:
+        check_scenario(scenario, f"{where}.scenario")
+        if baseline is not None:
+            check_scenario(baseline, f"{where}.baseline")
+    return ValidationCase(case, scenario, baseline, calibration_split(case.source_url), sweep,
+                          spec.length_sweep.lower_tokens, cap)
 
 
 def load_cases(path: str | Path | None = None, check: bool = True) -> CaseFile:

@@ -27,6 +27,15 @@ def _pct(x: float) -> str:
     return "-" if math.isnan(x) else f"{100 * x:.0f}%"
 
 
+def _mean_text(mean: float, cap: int) -> str:
+    """A matching mean, with far extrapolations named rather than printed as huge numbers."""
+    if math.isnan(mean):
+        return "none (flat)"
+    if mean > 10 * cap:
+        return "> 10 x cap"
+    return "< 1 token" if mean < 1 else _num(mean)
+
+
 def render_report(report: object, title: str) -> None:
     from rlperf.validate import ValidationReport
 
@@ -34,27 +43,44 @@ def render_report(report: object, title: str) -> None:
     t = table(f"{title}: per case ({report.profile})", "case", "metric", "split", "lengths", "measured",
               "predicted", "error", "bound")
     for c in report.cases:
+        if c.length_fit is not None:
+            continue
         err = f"{c.error_pct:+.0f}%" if c.ok else "failed"
         bound = _num(c.bound) + (" !" if c.below_bound else "")
         t.add_row(c.id, c.label, c.split, c.lengths, _num(c.measured), _num(c.predicted) if c.ok else "-", err, bound)
     console.print(t)
+    fits = report.length_fits
+    if fits:
+        lf = table(f"{title}: cases whose source publishes no response lengths (not scored): the mean response "
+                   "length that matches the measurement", "case", "metric", "split", "measured",
+                   "predicted over the swept means", "swept means", "matching mean", "plausible")
+        for c in fits:
+            f = c.length_fit
+            assert f is not None
+            m = f.matching_mean_tokens
+            lf.add_row(c.id, c.label, c.split, _num(c.measured), f.range_text,
+                       ", ".join(_num(x) for x in f.means_tokens), _mean_text(m, f.cap_tokens),
+                       "yes" if f.plausible else f"no (outside {f.lower_tokens:,}..{f.cap_tokens:,})")
+        console.print(lf)
+        ok = sum(1 for c in fits if c.length_fit is not None and c.length_fit.plausible)
+        console.print(f"{ok} of {len(fits)} unknown-length cases have a plausible matching mean response length")
     below = sum(c.below_bound for c in report.cases)
     console.print(f"bound: the simulated scenario's work-depth lower bound for the same time; '!' marks {below} "
                   "measured times below it (the scenario as assumed cannot be what ran)")
     failed = [c for c in report.cases if not c.ok]
     if failed:
-        f = table("cases the model could not predict", "case", "reason")
+        ft = table("cases the model could not predict", "case", "reason")
         for c in failed:
-            f.add_row(c.id, c.failure or "")
-        console.print(f)
-    s = table(f"{title}: summary (|error| = |predicted - measured| / measured)", "metric", "split", "cases",
+            ft.add_row(c.id, c.failure or "")
+        console.print(ft)
+    s = table(f"{title}: summary of cases with published (or unused) lengths (|error| = |predicted - measured| / measured)", "metric", "split", "cases",
               "median |error|", "within 25%", "within 50%")
     for st in report.summary:
         if st.lengths == "all":
             s.add_row(st.metric, st.split, str(st.num_cases), _median(st.median_abs_error_pct),
                       _pct(st.within_25_pct), _pct(st.within_50_pct))
     console.print(s)
-    b = table(f"{title}: by response lengths (published by the source, or assumed)", "metric", "lengths", "split",
+    b = table(f"{title}: by response lengths (published by the source, or not used)", "metric", "lengths", "split",
               "cases", "median |error|", "within 25%", "within 50%")
     for st in report.summary:
         if st.lengths != "all":

@@ -16,7 +16,7 @@ from rlperf.specs.hardware_catalog import make_cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import TrainLayout
 from rlperf.stages.pipeline import pipeline_time
-from rlperf.stages.train import cpu_adam_params_per_s_for, train_step, training_view
+from rlperf.stages.train import cpu_adam_params_per_s_for, train_step
 
 SMALL = load_model("Qwen3-0.6B")  # 28 layers, 16 heads, 8 KV heads
 DENSE = load_model("Qwen2.5-7B")
@@ -178,9 +178,11 @@ def test_cpu_offloaded_optimizer_runs_at_the_hosts_memory_bandwidth() -> None:
     assert train_step(SMALL, fast, lay, seqs).component("optimizer") == pytest.approx(local / rate / 2 + upload, rel=1e-9)
 
 
-def test_training_matmuls_are_capped_at_the_training_mfu() -> None:
-    prof = training_view(NODE).profile
-    assert prof.matmul_efficiency == min(NODE.profile.matmul_efficiency, NODE.profile.train_mfu_cap)
+def test_the_end_to_end_mfu_does_not_cap_training_kernels() -> None:
+    # train_mfu_cap is a whole-step figure: the kernel-level step must not depend on it
+    lay, seqs = TrainLayout(dp=8, micro_batch_size=2), np.full(16, 1024)
+    low = NODE.model_copy(update={"profile": NODE.profile.model_copy(update={"train_mfu_cap": 0.1})})
+    assert train_step(SMALL, low, lay, seqs).time_s == train_step(SMALL, NODE, lay, seqs).time_s
 
 
 def test_expert_parallel_adds_all_to_all() -> None:

@@ -106,8 +106,14 @@ def validate_cmd(
     out: Path = typer.Option(Path("calibrated-profile.yaml"), "--out", help="where --calibrate writes the fitted profile"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON instead of tables"),
     jobs: int = typer.Option(0, "--jobs", help="worker processes (0: one per CPU core)"),
+    train_csv: Path | None = typer.Option(None, "--train-csv", help="score the training-step model against this file of measured iterations instead (vTrain's columns; see `rlperf validate-train`)"),
 ) -> None:
     """Compare predictions with published measurements: per case and summarized by metric kind."""
+    if train_csv is not None:
+        from rlperf.cli.validate_train_cmd import run_train_validation
+
+        run_train_validation(train_csv, "a100_80gb_sxm", profile, calibrate)
+        return
     from rlperf.validate import validate
     from rlperf.validation_cases import load_cases
 

@@ -34,6 +34,19 @@ across many nodes, ring for large ones, NVLS inside NVSwitch nodes):
   nvls  NVLink SHARP (single node): the switch reduces; algorithm bandwidth is ~flat in p (MLE-net
         H200 sweep), time = n / (spec x nvls_allreduce_efficiency). No small-message NVLS figure
         is published, so it shares the ring's latency term.
+
+Protocols (where the profile gives both figures; else one protocol, the plain model above).
+NCCL moves data with a low-latency protocol (LL: flags in every 8-byte line, no extra start-up,
+a fraction of the link bandwidth) or a bandwidth protocol (Simple/LL128: full bandwidth after a
+fixed start-up per call) and takes the faster (NCCL's tuning model, src/graph/tuning.cc). Ring
+all-reduce, all-gather and reduce-scatter, in and across nodes, cost the smaller of
+
+  LL      steps x alpha + bytes / (B x collective_ll_bandwidth_fraction)
+  Simple  collective_simple_latency_s + steps x alpha + bytes / B
+
+which reproduces the shape of nccl-tests sweeps: ~44 us at 32-64 KiB on 8 A100 (LL), a ~90-100 us
+plateau from 1 to 4 MiB (Simple's start-up), then bandwidth bound (stas00 ml-engineering;
+vTrain's A100 look-up tables, profiles.yaml).
 """
 
 from __future__ import annotations
@@ -83,6 +96,15 @@ class _Net:
     intra_alpha: float  # s per step
     inter_alpha: float
     nvls_bw: float | None  # NVLS all-reduce algorithm bandwidth, bytes/s
+    simple_latency_s: float = 0.0  # the bandwidth protocol's start-up per call
+    ll_fraction: float | None = None  # LL's share of the bandwidth; None: one protocol
+
+    def protocol_time_s(self, latency_s: float, bandwidth_s: float) -> float:
+        """The faster protocol for a collective of ``latency_s`` (steps x alpha) and
+        ``bandwidth_s`` (bytes / full bandwidth): LL or Simple (module docstring)."""
+        if self.ll_fraction is None:
+            return latency_s + bandwidth_s
+        return latency_s + min(bandwidth_s / self.ll_fraction, self.simple_latency_s + bandwidth_s)
 
 
 def _net(cluster: Cluster, group: CommGroup) -> _Net:
@@ -102,6 +124,8 @@ def _net(cluster: Cluster, group: CommGroup) -> _Net:
         intra_alpha=prof.intra_node_latency_s,
         inter_alpha=prof.inter_node_latency_s,
         nvls_bw=None if nvls is None else acc.intra_node_bandwidth_bytes_per_s * nvls,
+        simple_latency_s=prof.collective_simple_latency_s or 0.0,
+        ll_fraction=prof.collective_ll_bandwidth_fraction if prof.collective_simple_latency_s is not None else None,
     )
 
 
@@ -133,8 +157,9 @@ class _Ring:
     inter_bytes: float
 
     def time_s(self, net: _Net, times: int = 1) -> float:
+        """``times`` passes (2 for an all-reduce: reduce-scatter + all-gather in one call)."""
         bw = max(self.intra_bytes / net.intra_bw, self.inter_bytes / net.inter_bw)
-        return times * (self.latency_s + bw)
+        return net.protocol_time_s(times * self.latency_s, times * bw)
 
 
 def _ring_gather(n: float, group: CommGroup, net: _Net) -> _Ring:
@@ -161,15 +186,16 @@ def all_reduce(cluster: Cluster, num_bytes: float, group: CommGroup, algorithm: 
     options = [CollectiveCost(g.time_s(net, 2), 2 * (g.intra_bytes + g.inter_bytes), "ring")]
     if m == 1:
         # NCCL's tree inside a node is a chain: reduce up, broadcast down, pipelined
-        options.append(CollectiveCost(2 * (p - 1) * net.intra_alpha + 2 * n / net.intra_bw, 2 * n, "tree"))
+        chain = net.protocol_time_s(2 * (p - 1) * net.intra_alpha, 2 * n / net.intra_bw)
+        options.append(CollectiveCost(chain, 2 * n, "tree"))
         if net.nvls_bw is not None:
-            options.append(CollectiveCost(2 * (p - 1) * net.intra_alpha + n / net.nvls_bw, n, "nvls"))
+            options.append(CollectiveCost(net.protocol_time_s(2 * (p - 1) * net.intra_alpha, n / net.nvls_bw), n, "nvls"))
     else:
         # intra-node reduce-scatter + all-gather as in the ring; across nodes a pipelined double
         # binary tree on each rank's n/r shard: 2 * n/r bytes per NIC, 2 ceil(log2 m) steps
         intra_b, tree_b = 2 * g.intra_bytes, 2 * n / r
         lat = 2 * (r - 1) * net.intra_alpha + 2 * math.ceil(math.log2(m)) * net.inter_alpha
-        t = lat + max(intra_b / net.intra_bw, tree_b / net.inter_bw)
+        t = net.protocol_time_s(lat, max(intra_b / net.intra_bw, tree_b / net.inter_bw))
         options.append(CollectiveCost(t, intra_b + tree_b, "tree"))
     return _pick(options, algorithm)
 

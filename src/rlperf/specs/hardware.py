@@ -119,6 +119,17 @@ class HardwareProfile(Spec):
     # Host-side cost per weight tensor of a trainer -> engine weight sync that goes tensor by
     # tensor (verl: gather, send and load_weights per tensor; stages.weight_sync). None: nothing.
     weight_sync_tensor_overhead_s: OverheadSeconds | None = None
+    # NCCL protocols (cost.collectives): the bandwidth protocol (Simple/LL128) pays a fixed
+    # start-up of collective_simple_latency_s per call on top of the per-step alphas; the
+    # low-latency protocol (LL) pays none but reaches collective_ll_bandwidth_fraction of the
+    # link. None (either): one protocol, the plain alpha-beta model.
+    collective_simple_latency_s: OverheadSeconds | None = None
+    collective_ll_bandwidth_fraction: float | None = Field(default=None, gt=0, le=1)
+    # Host/framework time per transformer layer and micro-batch pass (forward, recompute and
+    # backward each pay it) of a training backend that the GPU does not overlap (eager module
+    # dispatch, autograd, hooks; stages.pass_cost). None: nothing added.
+    megatron_layer_overhead_s: OverheadSeconds | None = None
+    fsdp_layer_overhead_s: OverheadSeconds | None = None
     source: str = ""
     provenance: dict[str, str] = Field(default_factory=dict)  # field -> derivation and source url
 
@@ -130,6 +141,11 @@ class HardwareProfile(Spec):
     def forward_cap(self) -> float:
         """The cap on a forward-only pass's GEMM efficiency (``forward_mfu_cap``, else the training cap)."""
         return self.train_mfu_cap if self.forward_mfu_cap is None else self.forward_mfu_cap
+
+    def train_layer_overhead_s(self, backend: str) -> float:
+        """Host time per layer and micro-batch pass of the training ``backend`` (0 without a figure)."""
+        value = self.megatron_layer_overhead_s if backend == "megatron" else self.fsdp_layer_overhead_s
+        return value or 0.0
 
     def engine_step_s(self, num_layers: int) -> float:
         """Host-side engine cost added to every rollout-engine step of a ``num_layers`` model."""

@@ -26,6 +26,8 @@ TrainComputeDtype = Literal["bf16", "fp8"]  # 3 == FSDP full sharding
 Recompute = Literal["none", "selective", "full"]
 PipelineSchedule = Literal["1f1b", "interleaved", "gpipe"]
 ContextParallel = Literal["ring", "ulysses"]
+AttentionKernel = Literal["flash", "unfused"]
+TrainBackend = Literal["megatron", "fsdp"]  # Megatron-LM / Megatron-DeepSpeed; FSDP or DeepSpeed ZeRO engines
 Batching = Literal["continuous", "static"]
 
 
@@ -64,6 +66,11 @@ class TrainLayout(Spec):
     # FP8 rate, an FP8 copy of each weight cached next to the param_dtype one)
     compute_dtype: TrainComputeDtype = "bf16"
     overlap_grad_comm: bool = True
+    # attention kernels: FlashAttention (causal tiles, no score matrix in HBM) or the unfused
+    # path of Megatron's core attention (full-square scores, softmax and dropout through HBM)
+    attention_kernel: AttentionKernel = "flash"
+    # training loop whose per-layer host overhead applies (HardwareProfile.train_layer_overhead_s)
+    backend: TrainBackend = "fsdp"
 
     @model_validator(mode="after")
     def _check(self) -> TrainLayout:

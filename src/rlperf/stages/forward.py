@@ -94,7 +94,7 @@ def forward_pass(
         times[s] = fwd.time_s + gather.exposed_s
         parts.append({
             "compute": fwd.compute_s, "tp_comm": fwd.tp_s, "cp_comm": fwd.cp_s, "ep_comm": fwd.ep_s,
-            "pp_comm": fwd.pp_s, "zero_gather": gather.exposed_s,
+            "pp_comm": fwd.pp_s, "zero_gather": gather.exposed_s, "host": fwd.host_exposed_s,
         })
     pipe = pipeline_times(times, plan.rank_of, plan.num_ranks, layout.pp_schedule, layout.virtual_stages)
     # The most loaded rank sets the time (the first of equals).

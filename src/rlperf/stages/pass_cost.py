@@ -85,6 +85,14 @@ _FP32 = bytes_per("fp32")
 LOGIT_PASSES_FORWARD = 3  # the fp32 logits are written once (cast) and read twice (max, log-sum-exp)
 LOGIT_PASSES_BACKWARD = 2  # read the logits, write their gradient
 LOGIT_FLOPS = 4  # per logit: compare, subtract, exp, add
+# Unfused attention (Megatron core attention), HBM bytes per score element of each kernel.
+# Forward: QK^T writes the scores (2); fused scale-mask-softmax reads and writes them (4); dropout
+# reads, writes and stores its 1-byte mask (5); PV reads the probabilities (2).
+UNFUSED_FORWARD_BYTES = np.array([2.0, 4.0, 5.0, 2.0])
+# Backward: dP = dO V^T writes (2); dV = P^T dO reads P (2); dropout backward reads dP and the mask,
+# writes (5); softmax backward reads the gradient and its output, writes (6); dQ = dS K and
+# dK = dS^T Q each read dS (2 + 2).
+UNFUSED_BACKWARD_BYTES = np.array([2.0, 2.0, 5.0, 6.0, 2.0, 2.0])
 
 Collective = Callable[[Cluster, float, CommGroup], CollectiveCost]
 
@@ -125,6 +133,7 @@ class PassCost:
     hbm_bytes: np.ndarray
     body_s: np.ndarray  # roofline time of the kernels, no launch cost (what work counts)
     launch_s: float  # kernel launches
+    host_s: float  # the backend's host time for the pass (layers x HardwareProfile.train_layer_overhead_s)
     attention_s: np.ndarray  # the attention part of body_s
     tp_s: np.ndarray
     cp_s: np.ndarray
@@ -138,8 +147,22 @@ class PassCost:
         return compute
 
     @property
+    def device_s(self) -> np.ndarray:
+        """The pass's kernels and in-stage collectives (tp, cp, ep) on the device, back to back."""
+        device: np.ndarray = self.compute_s + self.tp_s + self.cp_s + self.ep_s
+        return device
+
+    @property
+    def host_exposed_s(self) -> np.ndarray:
+        """Host time the device waits for: the host issues the pass while the device runs it
+        (the collectives are asynchronous to it), so only what it needs beyond that shows."""
+        exposed: np.ndarray = np.maximum(0.0, self.host_s - self.device_s)
+        return exposed
+
+    @property
     def time_s(self) -> np.ndarray:
-        time: np.ndarray = self.compute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s
+        """``max(host, device)``, then the pipeline send, which synchronizes host and device."""
+        time: np.ndarray = self.device_s + self.host_exposed_s + self.pp_s
         return time
 
 
@@ -219,6 +242,13 @@ class LayoutCosts:
         }
         self._attention_roof = ceilings(cluster, COMPUTE_DTYPE, "attention")
         self._elementwise_roof = ceilings(cluster, COMPUTE_DTYPE, "elementwise")
+        self._host_per_layer_s = cluster.profile.train_layer_overhead_s(layout.backend)
+        # unfused attention: FLOPs per score element of each forward / backward kernel (below)
+        qk, v = 2.0 * model.q_head_dim, 2.0 * model.v_head_dim
+        self._unfused = {
+            False: (np.array([qk, 0.0, 0.0, v]), UNFUSED_FORWARD_BYTES),
+            True: (np.array([v, v, 0.0, 0.0, qk, qk]), UNFUSED_BACKWARD_BYTES),
+        }
 
     # ------------------------------------------------------------------ compute
     def _tokens(self, mb: MicroBatchShapes) -> np.ndarray:
@@ -229,7 +259,7 @@ class LayoutCosts:
         cl, t = self.cluster, self._tokens(mb)
         weights = shard.params * _C
         lin = self._linear(shard, t, 1, weights + shard.matmul_io_per_token * t * _C)
-        attn = self._attention(shard, mb)
+        attn = self._attention(shard, mb, backward=False)
         elem = self._elementwise(shard, t, LOGIT_PASSES_FORWARD, 1)
         body = lin.time_s + attn.time_s + elem.time_s
         launch = shard.kernels * cl.profile.kernel_launch_s
@@ -237,7 +267,8 @@ class LayoutCosts:
         return PassCost(
             flops=lin.flops + attn.flops + elem.flops,
             hbm_bytes=lin.bytes + attn.bytes + elem.bytes,
-            body_s=body, launch_s=launch, attention_s=attn.time_s, **comm,
+            body_s=body, launch_s=launch, host_s=shard.num_layers * self._host_per_layer_s,
+            attention_s=attn.time_s, **comm,
         )
 
     def backward(self, shard: StageShard, mb: MicroBatchShapes, fwd: PassCost) -> PassCost:
@@ -247,16 +278,18 @@ class LayoutCosts:
         g = bytes_per(lay.grad_dtype)
         weights = shard.params * (_C + 2 * g)  # read weights for dgrad; accumulate weight grads
         lin = self._linear(shard, t, 2, weights + 2 * shard.matmul_io_per_token * t * _C)
-        attn_f = self._attention(shard, mb)
-        attn = _roof(2 * attn_f.flops, 2 * attn_f.bytes, self._attention_roof)
+        attn_f = self._attention(shard, mb, backward=False)
+        attn = self._attention(shard, mb, backward=True)
         elem = self._elementwise(shard, t, LOGIT_PASSES_BACKWARD, 2)
         flops = lin.flops + attn.flops + elem.flops
         hbm = lin.bytes + attn.bytes + elem.bytes
         body = lin.time_s + attn.time_s + elem.time_s
         launch = 2 * shard.kernels * cl.profile.kernel_launch_s
+        host = shard.num_layers * self._host_per_layer_s
         attention_s = attn.time_s
         if lay.recompute == "full":
             flops, hbm, body, launch = flops + fwd.flops, hbm + fwd.hbm_bytes, body + fwd.body_s, launch + fwd.launch_s
+            host += fwd.host_s
             attention_s = attention_s + fwd.attention_s
         elif lay.recompute == "selective":
             flops, hbm, body = flops + attn_f.flops, hbm + attn_f.bytes, body + attn_f.time_s
@@ -266,7 +299,9 @@ class LayoutCosts:
             shard, mb, attention_s, forward=False, tp_passes=1 + replay,
             ring_passes=2 + (1 if lay.recompute != "none" else 0), a2a_passes=1 + replay,
         )
-        return PassCost(flops=flops, hbm_bytes=hbm, body_s=body, launch_s=launch, attention_s=attention_s, **comm)
+        return PassCost(
+            flops=flops, hbm_bytes=hbm, body_s=body, launch_s=launch, host_s=host, attention_s=attention_s, **comm
+        )
 
     def _linear(self, shard: StageShard, t: np.ndarray, passes: int, num_bytes: np.ndarray) -> Roof:
         """The stage's weight matmuls over ``t`` tokens per device, ``passes`` times (1 forward;
@@ -286,11 +321,22 @@ class LayoutCosts:
         num_bytes = logit_passes * logits * _FP32 + layer_factor * shard.elementwise_io_per_token * t * _C
         return _roof(LOGIT_FLOPS * logits, num_bytes, self._elementwise_roof)
 
-    def _attention(self, shard: StageShard, mb: MicroBatchShapes) -> Roof:
-        """The stage's attention kernels for each of ``mb`` (forward)."""
+    def _attention(self, shard: StageShard, mb: MicroBatchShapes, backward: bool) -> Roof:
+        """The stage's attention core for each of ``mb``, forward or backward (module docstring):
+        flash at the attention roof (backward twice the forward), or unfused kernel by kernel."""
         t = self._tokens(mb)
-        flops = shard.num_layers * self._attn_flops_per_pair_layer * mb.pairs / self.layout.cp
-        return _roof(flops, shard.attention_io_per_token * t * _C, self._attention_roof)
+        if self.layout.attention_kernel == "flash":
+            flops = shard.num_layers * self._attn_flops_per_pair_layer * mb.pairs / self.layout.cp
+            passes = 2 if backward else 1
+            return _roof(passes * flops, passes * shard.attention_io_per_token * t * _C, self._attention_roof)
+        # score elements: every (query, key) of the padded square, per head on this device and layer
+        scores = shard.num_layers * self.model.num_heads / self.layout.tp * (2 * mb.pairs - mb.tokens) / self.layout.cp
+        flops_per, bytes_per_score = self._unfused[backward]
+        flops = flops_per[:, None] * scores[None, :]  # (kernel, micro-batch)
+        num_bytes = bytes_per_score[:, None] * scores[None, :]
+        time = np.maximum(flops / self._matmul[0], num_bytes / self._matmul[1]).sum(axis=0)
+        io = shard.attention_io_per_token * t * _C * (2 if backward else 1)  # q, k, v, o (and grads)
+        return Roof(flops.sum(axis=0), num_bytes.sum(axis=0) + io, time + io / self._matmul[1])
 
     # ------------------------------------------------------------------ communication
     def _unit(self, shard: StageShard, t: float) -> CommUnit:
@@ -463,7 +509,7 @@ class Tally:
 
 def components(busy: dict[str, float], bubble_s: float) -> tuple[tuple[str, float], ...]:
     """Breakdown in a fixed order, zero entries dropped, bubble last."""
-    order = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "zero_gather", "grad_comm",
+    order = ("compute", "host", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "zero_gather", "grad_comm",
              "param_gather", "optimizer")
     assert set(busy) <= set(order), busy
     out = tuple((k, busy[k]) for k in order if busy.get(k, 0.0) > 0)

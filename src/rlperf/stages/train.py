@@ -28,9 +28,12 @@ weight all-gathers (forward, backward; FSDP casts to the compute dtype before ga
 all-gather, i.e. ``2 (N-1)/N Psi b`` with equal dtypes, as plain data parallelism's all-reduce);
 ZeRO-0 sends ``2 (N-1)/N Psi b_grad`` (Rajbhandari et al. 2020, "ZeRO", §7).
 
-Training matmuls run at ``min(matmul efficiency, train_mfu_cap)`` of the profile (the best
-published end-to-end training MFU on the accelerator caps what a training GEMM is credited with),
-times the GEMM size factor of :mod:`rlperf.stages.pass_cost`.
+Training kernels are costed one by one (:mod:`rlperf.stages.pass_cost`): each GEMM at the
+profile's large-GEMM rate times its size factor, attention as the layout's kernel (flash or
+unfused), memory-bound kernels at HBM bandwidth, plus the backend's host overhead per layer and
+micro-batch pass. No end-to-end MFU caps them: ``train_mfu_cap`` is a whole-step figure, and
+capping every GEMM with it and then adding the bubble, communication, memory-bound work and
+launches counted those twice.
 
 Work and depth: ``work_s`` is the device-seconds of every kernel at its roofline (forward,
 backward, recompute, optimizer; no launches, communication, bubbles or host work); ``depth_s``
@@ -56,14 +59,9 @@ from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import TrainLayout, check_train_layout
 from rlperf.stages.base import StageCost
 from rlperf.stages.microbatch import MicroBatches, as_lengths, microbatches_for, split_minibatches
-from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes, Tally, capped, components
+from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes, Tally, components
 from rlperf.stages.pipeline import pipeline_times
 from rlperf.stages.shard import Head, StageShard
-
-
-def training_view(cluster: Cluster) -> Cluster:
-    """``cluster`` with its matmul efficiencies capped at the profile's ``train_mfu_cap``."""
-    return capped(cluster, cluster.profile.train_mfu_cap)
 
 
 @dataclass(frozen=True)
@@ -116,7 +114,7 @@ def train_step(
         cpu_adam_params_per_s = cpu_adam_params_per_s_for(cluster, layout)
     seqs = as_lengths(seq_tokens)
     minis = split_minibatches(seqs, num_minibatches)
-    costs = LayoutCosts(model, training_view(cluster), layout, head)
+    costs = LayoutCosts(model, cluster, layout, head)
     plans = [microbatches_for(mini, layout) for mini in minis]
     mem = train_memory(
         model, layout, max(p.max_microbatch_tokens(not layout.packing) for p in plans), seq_len=int(seqs.max()),
@@ -214,6 +212,7 @@ def _pipeline(
             "compute": fwd.compute_s + bwd.compute_s, "tp_comm": fwd.tp_s + bwd.tp_s,
             "cp_comm": fwd.cp_s + bwd.cp_s, "ep_comm": fwd.ep_s + bwd.ep_s, "pp_comm": fwd.pp_s + bwd.pp_s,
             "zero_gather": gather_f.exposed_s + gather_b.exposed_s, "grad_comm": rs_exposed,
+            "host": fwd.host_exposed_s + bwd.host_exposed_s,
         })
         bwd_compute.append(bwd.compute_s)
     pipe = pipeline_times(times, plan.rank_of, plan.num_ranks, lay.pp_schedule, lay.virtual_stages)

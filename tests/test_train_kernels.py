@@ -1,0 +1,107 @@
+"""Closed-form checks of the kernel-level training terms: unfused attention, the backend's host
+overhead per layer and pass, and NCCL's two protocols in the collectives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlperf.catalog import load_model
+from rlperf.cost.collectives import all_gather, all_reduce, group_for
+from rlperf.specs.hardware_catalog import make_cluster
+from rlperf.specs.parallel import TrainLayout
+from rlperf.stages.microbatch import microbatches_for
+from rlperf.stages.pass_cost import (
+    UNFUSED_BACKWARD_BYTES,
+    UNFUSED_FORWARD_BYTES,
+    LayoutCosts,
+    MicroBatchShapes,
+)
+from rlperf.stages.train import train_step
+
+MODEL = load_model("Qwen3-0.6B")  # 28 layers, 16 heads
+A100 = make_cluster("a100_80gb_sxm", num_gpus=8)
+
+
+def _with(cluster, **fields):  # type: ignore[no-untyped-def]
+    return cluster.model_copy(update={"profile": cluster.profile.model_copy(update=fields)})
+
+
+def test_unfused_attention_moves_the_square_of_scores_through_hbm() -> None:
+    tp, b, s = 2, 3, 1024
+    lay = TrainLayout(tp=tp, micro_batch_size=b, attention_kernel="unfused", packing=False)
+    costs = LayoutCosts(MODEL, A100, lay)
+    shard = costs.shards[0]
+    mb = MicroBatchShapes.of(microbatches_for(np.full(b, s), lay), padded=True)
+    scores = shard.num_layers * MODEL.num_heads / tp * b * s * s  # every (query, key), full square
+    io = shard.attention_io_per_token * b * s * 2  # q, k, v, o in bf16
+    fwd = costs._attention(shard, mb, backward=False)
+    bwd = costs._attention(shard, mb, backward=True)
+    assert fwd.bytes[0] == pytest.approx(UNFUSED_FORWARD_BYTES.sum() * scores + io, rel=1e-12)
+    assert bwd.bytes[0] == pytest.approx(UNFUSED_BACKWARD_BYTES.sum() * scores + 2 * io, rel=1e-12)
+    assert UNFUSED_FORWARD_BYTES.sum() == 13 and UNFUSED_BACKWARD_BYTES.sum() == 19
+    # both score GEMMs (QK^T and PV) over the full square: 2 x 2 x head_dim FLOPs per score
+    assert fwd.flops[0] == pytest.approx(2 * 2 * MODEL.head_dim * scores)
+    flash = LayoutCosts(MODEL, A100, lay.model_copy(update={"attention_kernel": "flash"}))
+    assert flash._attention(shard, mb, backward=False).time_s[0] < fwd.time_s[0]
+
+
+def test_host_overhead_is_layers_times_passes_times_the_per_layer_cost() -> None:
+    h = 1e-3
+    cl = _with(A100, megatron_layer_overhead_s=h)
+    lay = TrainLayout(dp=1, micro_batch_size=1, zero_stage=0, backend="megatron", recompute="full")
+    costs = LayoutCosts(MODEL, cl, lay)
+    shard = costs.shards[0]
+    mb = MicroBatchShapes.single(np.array([512]))
+    fwd = costs.forward(shard, mb)
+    bwd = costs.backward(shard, mb, fwd)
+    assert fwd.host_s == pytest.approx(MODEL.num_layers * h)
+    assert bwd.host_s == pytest.approx(2 * MODEL.num_layers * h)  # backward + the recomputed forward
+    # another backend's figure does not apply
+    assert LayoutCosts(MODEL, cl, lay.model_copy(update={"backend": "fsdp"})).forward(shard, mb).host_s == 0
+
+
+def test_a_host_bound_step_is_the_host_time() -> None:
+    # one second per layer and pass dwarfs the device: the step is micro-batches x 3 passes x layers
+    cl = _with(A100, megatron_layer_overhead_s=1.0)
+    lay = TrainLayout(dp=1, micro_batch_size=1, zero_stage=0, backend="megatron", recompute="full")
+    n = 4
+    step = train_step(MODEL, cl, lay, np.full(n, 256))
+    assert step.time_s == pytest.approx(n * 3 * MODEL.num_layers, rel=1e-2)
+    assert step.component("host") > 0.99 * step.time_s
+    # a device-bound step hides the host time entirely
+    busy = train_step(MODEL, _with(A100, megatron_layer_overhead_s=1e-9), lay, np.full(n, 4096))
+    assert busy.component("host") == 0
+
+
+def test_collectives_latency_at_one_byte_bandwidth_at_large_sizes() -> None:
+    prof = A100.profile
+    assert prof.collective_simple_latency_s and prof.collective_ll_bandwidth_fraction
+    for p in (2, 4, 8):
+        g = group_for(A100, p)
+        alpha = prof.intra_node_latency_s
+        # 1 byte: the low-latency protocol, the ring's 2(p-1) steps and nothing else to speak of
+        assert all_reduce(A100, 1.0, g, "ring").time_s == pytest.approx(2 * (p - 1) * alpha, rel=1e-3)
+        # 1 GiB: Simple's start-up is noise next to 2(p-1)/p n / B
+        n = 2.0**30
+        bw = A100.accelerator.intra_node_group_bandwidth_bytes_per_s(p) * prof.intra_node_efficiency
+        t = all_reduce(A100, n, g, "ring").time_s
+        assert t == pytest.approx(prof.collective_simple_latency_s + 2 * (p - 1) * alpha + 2 * (p - 1) / p * n / bw)
+        assert t == pytest.approx(2 * (p - 1) / p * n / bw, rel=0.02)
+        # the all-gather pays one start-up too
+        ag = all_gather(A100, n, g).time_s
+        assert ag == pytest.approx(prof.collective_simple_latency_s + (p - 1) * alpha + (p - 1) / p * n / bw)
+
+
+def test_protocol_switch_is_continuous_and_monotone() -> None:
+    g = group_for(A100, 8)
+    sizes = np.geomspace(1, 2.0**31, 200)
+    times = np.array([all_reduce(A100, float(n), g).time_s for n in sizes])
+    assert np.all(np.diff(times) >= 0)
+
+
+def test_vtrain_lut_points_within_a_fifth() -> None:
+    # three published points of vTrain's A100 look-up table (trace/a100/AR_GPU{2,8}_1M_1024M_LUT)
+    for p, n, measured_s in ((2, 2**20, 44.2e-6), (8, 2**20, 92.8e-6), (8, 2**30, 8193.0e-6)):
+        t = all_reduce(A100, float(n), group_for(A100, p)).time_s
+        assert t / measured_s == pytest.approx(1.0, abs=0.2)

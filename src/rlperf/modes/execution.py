@@ -121,8 +121,11 @@ class Mode:
         return self.effective_staleness(shared_engine)
 
     def warmup_iterations(self, max_response_tokens: int, shared_engine: bool) -> int:
-        """Iterations before the loop is periodic: a pipeline fills in ``s`` iterations."""
-        return self.effective_staleness(shared_engine)
+        """Iterations before the loop is periodic. A pipeline fills in ``s + 1``: the first
+        ``s`` rollouts run back to back without waiting for any sync, so the syncs in the window
+        match its rollouts only from update ``s`` on."""
+        s = self.effective_staleness(shared_engine)
+        return s + 1 if s else 0
 
     def sim_iterations(self) -> tuple[int, int]:
         """(warm-up, measured) iterations the planner simulates per candidate: a synchronous

@@ -130,8 +130,8 @@ class Simulator:
         self.num_iterations = cfg.iterations + self.mode.drain_iterations(self.colocated_switch)
         self.iters = [_Iter() for _ in range(self.num_iterations)]
         # Warm-up the mode needs before its loop is periodic, within the configured iterations.
-        cap = cfg.max_response_tokens or int(cfg.sample(0, cfg.prompts_per_step)[1].max(initial=1))
-        self.warmup_needed = self.mode.warmup_iterations(cap, self.colocated_switch)
+        self.cap = cfg.max_response_tokens or int(cfg.sample(0, cfg.prompts_per_step)[1].max(initial=1))
+        self.warmup_needed = self.mode.warmup_iterations(self.cap, self.colocated_switch)
         self.warmup = max(cfg.warmup, min(self.warmup_needed, cfg.iterations - 1))
         self.kernel = Kernel(self.pool_gpus)
         self.engine = RolloutState()
@@ -211,7 +211,8 @@ class Simulator:
             carry_over = budget is not None and not greedy
             batch, versions = engine.admit(fresh, carry_over)
             before = int(batch.generated_tokens.sum())
-            out: RolloutOutcome = self.costs.rollout(batch, gpus, budget)
+            # ReMax's greedy baseline is needed whole in the same step: never budgeted.
+            out: RolloutOutcome = self.costs.rollout(batch, gpus, budget if carry_over else None)
             assert out.generated_tokens.shape == batch.target_tokens.shape
             assert np.all(out.generated_tokens <= batch.target_tokens)
             state.generated_tokens += float(out.generated_tokens.sum() - before)
@@ -472,7 +473,7 @@ class Simulator:
             tokens_per_s=tokens_per_step / step_time if step_time > 0 else 0.0,
             tokens_per_s_per_gpu=tokens_per_step / step_time / cfg.num_gpus if step_time > 0 else 0.0,
             staleness=staleness,
-            staleness_distribution=StalenessDistribution.of(staleness, self.mode.staleness_bound(self._max_response())),
+            staleness_distribution=StalenessDistribution.of(staleness, self.mode.staleness_bound(self.cap)),
             cost_usd_per_step=cost,
             bounds=bounds,
             rollout_tail_s=float(np.mean([self.iters[it].tail_s for it in steady])),
@@ -524,14 +525,6 @@ class Simulator:
             peak = max(peak, self.costs.engine_memory_bytes(self.pool_gpus[pool]))
         return PoolStats(pool, gpus, float(min(util, 1.0)), idle, peak, self.costs.hbm_bytes())
 
-    def _max_response(self) -> int:
-        """Longest response drawn in the run (for the staleness bound of partial rollouts)."""
-        longest = [int(c.target_tokens.max(initial=0)) for c in (self.engine.carry,) if c is not None]
-        for st in self.iters:
-            if st.kept_seq_tokens is not None and len(st.kept_seq_tokens):
-                longest.append(int(st.kept_seq_tokens.max()))
-        return max(longest, default=0)
-
     def _bounds(self, step_time: float, steady: range) -> Bounds:
         """Work-depth lower bound of a steady-state step; see :class:`rlperf.sim.result.Bounds`
         for the argument. Per iteration ``i`` of the window (means over the window):
@@ -544,35 +537,44 @@ class Simulator:
         """
         steps = len(steady)
 
-        def chain_depth(n: str) -> float:
+        def chain_depth(it: int, n: str) -> float:
             # A fused stage runs in waves on GPUs the rollout frees; only its last wave is
             # certain to start after the rollout's last response: count the shortest wave.
             pick = min if n in self.fused_stages else sum
-            return sum(pick([c.depth_s for c in self.iters[it].stage_costs.get(n, [])] or [0.0]) for it in steady) / steps
+            return pick([c.depth_s for c in self.iters[it].stage_costs.get(n, [])] or [0.0])
 
-        longest: dict[str, float] = {}
-        for st in self.stages:
-            base = max((longest.get(d, 0.0) for d in st.deps), default=chain_depth("weight_sync"))
-            longest[st.name] = base + chain_depth(st.name)
-        path = max(longest.values(), default=0.0)
-        work_by_pool: dict[str, float] = {}
-        serial_by_pool: dict[str, float] = {}
+        paths: list[float] = []
+        work_by_pool: dict[str, list[float]] = {}
+        serial_by_pool: dict[str, list[float]] = {}
         for it in steady:
+            longest: dict[str, float] = {}
+            for st in self.stages:
+                base = max((longest.get(d, 0.0) for d in st.deps), default=chain_depth(it, "weight_sync"))
+                longest[st.name] = base + chain_depth(it, st.name)
+            paths.append(max(longest.values(), default=0.0))
+            work: dict[str, float] = {}
+            serial: dict[str, float] = {}
             for n, cs in self.iters[it].stage_costs.items():
                 pool = self._stage_pool(n)
                 if pool is None:  # CPU stages: not GPU work
                     continue
-                work_by_pool[pool] = work_by_pool.get(pool, 0.0) + sum(c.work_s for c in cs) / steps
+                work[pool] = work.get(pool, 0.0) + sum(c.work_s for c in cs)
                 if n not in self.fused_stages:  # whole-pool tasks serialize on their pool
-                    serial_by_pool[pool] = serial_by_pool.get(pool, 0.0) + sum(c.depth_s for c in cs) / steps
-        work = sum(work_by_pool.values())
+                    serial[pool] = serial.get(pool, 0.0) + sum(c.depth_s for c in cs)
+            for p in self.pool_gpus:
+                work_by_pool.setdefault(p, []).append(work.get(p, 0.0))
+                serial_by_pool.setdefault(p, []).append(serial.get(p, 0.0))
         s = self.staleness_bound
+        # Iterations differ (each draws its own lengths): the least of them bounds every step
+        # of the window, whose mean the simulator reports.
         lb = max(
-            max((w / self.pool_gpus[p] for p, w in work_by_pool.items()), default=0.0),
-            max(serial_by_pool.values(), default=0.0),
-            path / (s + 1),
+            max((min(w) / self.pool_gpus[p] for p, w in work_by_pool.items()), default=0.0),
+            max((min(d) for d in serial_by_pool.values()), default=0.0),
+            min(paths) / (s + 1),
         )
-        return Bounds(work, path, self.cfg.num_gpus, s, lb, step_time / lb if lb > 0 else math.inf)
+        work_mean = sum(sum(w) for w in work_by_pool.values()) / steps
+        path = sum(paths) / steps
+        return Bounds(work_mean, path, self.cfg.num_gpus, s, lb, step_time / lb if lb > 0 else math.inf)
 
     def _stage_pool(self, stage: str) -> str | None:
         for t, p in self.task_pool.items():

@@ -11,7 +11,7 @@ import rlperf.frameworks
 from rlperf.errors import SpecError
 from rlperf.frameworks import export_openrlhf, import_openrlhf, load_framework_config
 from rlperf.frameworks.openrlhf_import import parse_args, split_args
-from rlperf.scenario import list_scenarios, load_scenario_spec, resolve_workload
+from rlperf.scenario import list_scenarios, load_scenario_spec, resolve, resolve_workload
 
 EX = Path(rlperf.frameworks.__file__).parent / "examples"
 PPO = EX / "openrlhf_ppo_llama3.1_8b.sh"
@@ -135,9 +135,13 @@ def test_estimators_and_kl() -> None:
     ):
         spec, _ = import_openrlhf(f"--pretrain Qwen/Qwen2.5-7B --remote_rm_url http://x --advantage_estimator {est} {extra}")
         assert spec.algorithm.name == name, est
-    # GRPO without a reference (init_kl_coef 0): rlperf's GRPO runs one, so it is listed
-    _, rep = import_openrlhf(f"{BASE} --init_kl_coef 0")
-    assert "--init_kl_coef" in keys(rep.unsupported)
+    # GRPO without a reference (init_kl_coef 0): no reference model and no reference pass
+    spec, rep = import_openrlhf(f"{BASE} --init_kl_coef 0")
+    assert "--init_kl_coef" not in keys(rep.unsupported) and spec.algorithm.kl == "none"
+    assert "ref_logprob" not in {s.name for s in resolve(spec).algorithm.active_stages(1)}
+    # RLOO with the KL in the loss: the reference pass stays, old log-probs are not needed for it
+    spec, _ = import_openrlhf(f"{BASE} --advantage_estimator rloo --use_kl_loss")
+    assert spec.algorithm.kl == "k3_loss"
 
 
 def test_errors_name_the_flag() -> None:

@@ -52,7 +52,9 @@ def test_grpo_fsdp_colocated_field_by_field() -> None:
     ref = p.layouts["ref"]
     assert (ref.micro_batch_size, ref.max_tokens_per_microbatch) == (8, 24576)  # ref budget follows the actor's
     assert set(p.layouts) == {"actor", "ref"}
-    assert p.offload_between_phases  # ref.fsdp_config.param_offload
+    # ref.fsdp_config.param_offload: the reference streams its weights from host in its pass;
+    # it does not turn on plan-wide offload (the actor's switches are false)
+    assert ref.offload_params and not actor.offload_params and not p.offload_between_phases
     assert keys(rep.unknown) == {"trainer.my_custom_flag"}
     assert "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu" in keys(rep.unsupported)
     ignored = {n.key: n.note for n in rep.ignored}
@@ -94,7 +96,8 @@ def test_fully_async_recipe() -> None:
     assert (p.rollout.tp, p.rollout.replicas) == (2, 16)
     unsupported = keys(rep.unsupported)
     assert "async_training.partial_rollout" in unsupported  # interrupt-and-resume is not modelled
-    assert "actor_rollout_ref.actor.use_kl_loss" in unsupported  # GRPO without KL: rlperf runs the ref pass
+    assert "actor_rollout_ref.actor.use_kl_loss" not in unsupported  # GRPO without KL: no reference pass
+    assert spec.algorithm.kl == "none"
     assert "data.train_batch_size" in unsupported
 
 

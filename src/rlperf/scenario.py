@@ -29,6 +29,7 @@ from pydantic import Field
 
 from rlperf.inputs.ranges import GpusPerNode, NumEpochs, NumGpus, NumIterations, NumMinibatches, NumNodes, NumWorkers, TaskSeconds
 from rlperf.algorithms import AlgorithmSpec, get_algorithm
+from rlperf.algorithms.spec import KL
 from rlperf.errors import SpecError, parse, show_path
 from rlperf.specs.base import Spec
 from rlperf.specs.hardware import Cluster
@@ -74,6 +75,9 @@ class AlgorithmConfig(Spec):
     # when the old-policy log-prob pass runs: with more than one update per rollout (or a KL in
     # the reward), or every step (verl runs old_log_prob regardless, for metrics)
     old_logprob: Literal["when_needed", "always"] = "when_needed"
+    # the KL term when the run differs from the algorithm's default (None: the algorithm's):
+    # "none" drops the reference model and its log-prob pass; k1_reward / k3_loss turn it on
+    kl: KL | None = None
 
 
 class SimulationSpec(Spec):
@@ -147,6 +151,11 @@ def resolve(spec: ScenarioSpec) -> Scenario:
     algorithm = get_algorithm(spec.algorithm.name)
     if spec.algorithm.old_logprob == "always":
         algorithm = algorithm.with_old_logprob_always()
+    if spec.algorithm.kl is not None:
+        try:
+            algorithm = algorithm.with_kl(spec.algorithm.kl)
+        except ValueError as err:
+            raise SpecError("algorithm.kl", str(err), "none") from None
     if spec.simulation.warmup >= spec.simulation.iterations:
         raise SpecError("simulation.warmup", f"must be < iterations ({spec.simulation.iterations})")
     return Scenario(spec, models, cluster, workload, algorithm)

@@ -90,6 +90,18 @@ class AlgorithmSpec:
         )
         return replace(self, stages=stages)
 
+    def with_kl(self, kl: KL) -> AlgorithmSpec:
+        """This algorithm with another KL term: ``none`` drops the reference model and its
+        log-prob pass (verl with ``use_kl_loss=False`` and ``use_kl_in_reward=False``;
+        OpenRLHF with ``init_kl_coef 0``); a KL term needs the algorithm's reference stage."""
+        if kl == self.kl:
+            return self
+        if kl != "none" and not any(s.condition == "kl" for s in self.stages):
+            raise ValueError(f"{self.name} has no reference log-prob stage to run a KL term with")
+        ref: tuple[Role, ...] = ("ref",) if kl != "none" else ()
+        frozen = tuple(r for r in self.frozen if r != "ref") + ref
+        return replace(self, kl=kl, frozen=frozen)
+
     def active_stages(self, updates_per_rollout: int, kl_enabled: bool | None = None) -> tuple[StageDef, ...]:
         """The stages that run, given the number of optimizer updates per rollout.
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlperf.algorithms.spec import KL, AlgorithmSpec
 from rlperf.errors import SpecError
 from rlperf.frameworks.report import Recorder
 from rlperf.scenario import ScenarioSpec, resolve_workload
@@ -164,11 +165,24 @@ def pool_size(pools: tuple[Pool, ...], name: str) -> int:
     return next(p.num_gpus for p in pools if p.name == name)
 
 
-def roles_in_use(spec: ScenarioSpec) -> tuple[str, ...]:
-    """The placement keys the scenario's algorithm uses (reward_model only for a model reward)."""
+def run_algorithm(spec: ScenarioSpec) -> AlgorithmSpec:
+    """The scenario's algorithm as it runs: with the KL term the scenario sets (``algorithm.kl``)."""
     from rlperf.algorithms import get_algorithm
 
     algo = get_algorithm(spec.algorithm.name)
+    return algo if spec.algorithm.kl is None else algo.with_kl(spec.algorithm.kl)
+
+
+def kl_setting(name: str, kl: KL) -> KL | None:
+    """``algorithm.kl`` of an import: None where the run's KL term is the algorithm's own."""
+    from rlperf.algorithms import get_algorithm
+
+    return None if get_algorithm(name).kl == kl else kl
+
+
+def roles_in_use(spec: ScenarioSpec) -> tuple[str, ...]:
+    """The placement keys the scenario's algorithm uses (reward_model only for a model reward)."""
+    algo = run_algorithm(spec)
     roles: set[str] = {s.role for s in algo.active_stages(updates_per_rollout=2)}
     if spec.algorithm.reward.kind != "model":
         roles.discard("reward_model")

@@ -9,8 +9,7 @@ expressible, and the nearest command line is written.
 
 from __future__ import annotations
 
-from rlperf.algorithms import get_algorithm
-from rlperf.frameworks.common import resolved_pools, roles_in_use, workload_caps, workload_notes
+from rlperf.frameworks.common import resolved_pools, roles_in_use, run_algorithm, workload_caps, workload_notes
 from rlperf.frameworks.report import ExportResult, fmt_value
 from rlperf.scenario import RewardSpec, Scenario, ScenarioSpec
 from rlperf.specs.parallel import EngineLayout, TrainLayout
@@ -20,7 +19,7 @@ PREFIX = ("python3", "-m", "openrlhf.cli.train_ppo_ray")
 # algorithm -> (advantage_estimator, extra flags)
 _ALGO = {
     "PPO": ("gae", ()),
-    "GRPO": ("group_norm", ("--use_kl_loss", "--kl_estimator", "k3")),
+    "GRPO": ("group_norm", ()),
     "Dr.GRPO": ("dr_grpo", ()),
     "DAPO": ("group_norm", ("--dynamic_filtering",)),
     "GSPO": ("group_norm", ("--policy_loss_type", "gspo")),
@@ -60,7 +59,7 @@ def export_openrlhf(scenario: ScenarioSpec | Scenario) -> ExportResult:
 
 
 def _algorithm(spec: ScenarioSpec, out: _Out) -> None:
-    algo = get_algorithm(spec.algorithm.name)
+    algo = run_algorithm(spec)
     if algo.name in _ALGO:
         est, extra = _ALGO[algo.name]
     else:
@@ -69,6 +68,9 @@ def _algorithm(spec: ScenarioSpec, out: _Out) -> None:
     out.set("advantage_estimator", est)
     out.args.extend(extra)
     out.set("init_kl_coef", 0.01 if algo.kl != "none" else 0)
+    if algo.kl in ("k2_loss", "k3_loss"):  # the KL in the loss, with its estimator
+        out.set("use_kl_loss")
+        out.set("kl_estimator", "k2" if algo.kl == "k2_loss" else "k3")
     reward = spec.algorithm.reward
     if reward.kind == "model":
         out.set("reward_pretrain", reward.model or spec.model)

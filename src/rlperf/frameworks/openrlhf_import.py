@@ -35,7 +35,8 @@ from typing import Any
 
 from rlperf.algorithms import get_algorithm
 from rlperf.errors import SpecError
-from rlperf.frameworks.common import as_bool, as_float, as_int, build_spec, catalog_model, generic_workload
+from rlperf.algorithms.spec import KL
+from rlperf.frameworks.common import as_bool, as_float, as_int, build_spec, catalog_model, generic_workload, kl_setting
 from rlperf.frameworks.openrlhf_args import DOTTED, DOTTED_IGNORED_PREFIXES, ESTIMATORS, IGNORED, READ, UNSUPPORTED
 from rlperf.frameworks.report import ImportReport, KeyNote, Recorder, fmt_value
 from rlperf.scenario import ScenarioSpec
@@ -227,14 +228,19 @@ class _Importer:
         return name
 
     def _algorithm(self, name: str, model: str) -> dict[str, Any]:
-        kl = as_float("--init_kl_coef", self.raw("init_kl_coef"))
-        has_ref = self.has_ref = kl > 0
-        self.rec.map("--init_kl_coef", kl, "reference model" if has_ref else "no reference model")
-        if has_ref != (get_algorithm(name).kl != "none"):
-            has = "runs" if has_ref else "skips"
-            self.rec.unsupported_key("--init_kl_coef", kl, f"this config {has} the reference pass; rlperf's {name} does the opposite")
-        self.raw("use_kl_loss", "KL in the loss" if "use_kl_loss" in self.values else "")
+        coef = as_float("--init_kl_coef", self.raw("init_kl_coef"))
+        # OpenRLHF builds the reference model iff init_kl_coef > 0; --use_kl_loss moves the KL
+        # from the reward into the loss (k3 as rlperf costs it; the reference pass is the same).
+        has_ref = self.has_ref = coef > 0
+        in_loss = self.flag("use_kl_loss", "KL in the loss" if "use_kl_loss" in self.values else "")
+        kl: KL = "none" if not has_ref else "k3_loss" if in_loss else "k1_reward"
+        self.rec.map("--init_kl_coef", coef, f"reference model (algorithm.kl {kl})" if has_ref else "no reference model")
+        if has_ref and not any(s.condition == "kl" for s in get_algorithm(name).stages):
+            self.rec.unsupported_key("--init_kl_coef", coef, f"rlperf's {name} has no reference pass; costed without it")
+            self.has_ref, kl = False, "none"
         out: dict[str, Any] = {"name": name, "epochs": self.int_("max_epochs", "epochs"), "reward": self._reward()}
+        if kl_setting(name, kl) is not None:
+            out["kl"] = kl
         if name == "PPO":
             critic_src = self.values.get("critic_pretrain")
             if critic_src is None and out["reward"]["kind"] == "model":
@@ -333,6 +339,13 @@ class _Importer:
         return self._cluster(pools, assign, gpn)
 
     def _cluster(self, pools: dict[str, int], assign: dict[str, str], gpn: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, int], bool]:
+        """Separate groups packed on nodes of the accelerator's size: ``*_num_gpus_per_node`` is
+        how many GPUs a group takes on each node (Ray packs the groups' bundles onto the
+        machines), not how many a machine has."""
+        from rlperf.specs.hardware_catalog import load_accelerator
+
+        node = load_accelerator(self.gpu).gpus_per_node
+        gpn = max(node, gpn)
         total = sum(pools.values())
         sizes = {key: pools[pool] for key, pool in assign.items()}
         nodes, per_node = (1, total) if total <= gpn else (math.ceil(total / gpn), gpn)

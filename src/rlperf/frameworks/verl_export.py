@@ -20,6 +20,7 @@ from rlperf.frameworks.common import (
     pool_size,
     resolved_pools,
     roles_in_use,
+    run_algorithm,
     workload_caps,
     workload_notes,
 )
@@ -69,28 +70,30 @@ def export_verl(scenario: ScenarioSpec | Scenario) -> ExportResult:
 
 
 # ---------------------------------------------------------------------- algorithm and batches
-_KL = {  # algorithm -> (adv_estimator, use_kl_loss, use_kl_in_reward)
-    "PPO": ("gae", False, True),
-    "GRPO": ("grpo", True, False),
-    "Dr.GRPO": ("grpo", False, False),
-    "DAPO": ("grpo", False, False),
-    "GSPO": ("grpo", False, False),
-    "RLOO": ("rloo", False, True),
-    "REINFORCE++": ("reinforce_plus_plus", False, True),
-    "ReMax": ("remax", False, True),
-    "PRIME": ("rloo", False, True),
-    "VAPO": ("gae", False, False),
+_ESTIMATOR = {  # algorithm -> adv_estimator
+    "PPO": "gae",
+    "GRPO": "grpo",
+    "Dr.GRPO": "grpo",
+    "DAPO": "grpo",
+    "GSPO": "grpo",
+    "RLOO": "rloo",
+    "REINFORCE++": "reinforce_plus_plus",
+    "ReMax": "remax",
+    "PRIME": "rloo",
+    "VAPO": "gae",
 }
 
 
 def _algorithm(spec: ScenarioSpec, out: _Out, train_batch: bool) -> None:
     """Algorithm, batch and reward keys; the fully-async recipe has no train batch (a step is
     ``trigger_parameter_sync_step`` mini-batches)."""
-    name = get_algorithm(spec.algorithm.name).name
-    est, kl_loss, kl_reward = _KL[name]
+    algo = run_algorithm(spec)
+    name, est = algo.name, _ESTIMATOR[algo.name]
     out.set("algorithm.adv_estimator", est)
-    out.set(f"{ACTOR}.use_kl_loss", kl_loss)
-    out.set("algorithm.use_kl_in_reward", kl_reward)
+    out.set(f"{ACTOR}.use_kl_loss", algo.kl in ("k2_loss", "k3_loss"))
+    out.set("algorithm.use_kl_in_reward", algo.kl == "k1_reward")
+    if algo.kl == "k2_loss":
+        out.set(f"{ACTOR}.kl_loss_type", "mse")
     if name in ("GRPO", "Dr.GRPO"):
         out.set("algorithm.norm_adv_by_std_in_grpo", name == "GRPO")
     if name == "Dr.GRPO":
@@ -200,6 +203,9 @@ def _split_pools(nodes: int, gpn: int, rollout: int, out: _Out) -> None:
 
 
 # ---------------------------------------------------------------------- layouts
+TRAINED = ("actor", "critic")
+
+
 def _strategy(lay: TrainLayout) -> str:
     fsdp_ok = lay.zero_stage == 3 and lay.tp == lay.pp == lay.ep == 1 and (lay.cp == 1 or lay.cp_kind == "ulysses")
     return "fsdp" if fsdp_ok else "megatron"
@@ -210,7 +216,7 @@ def _layout(role: str, lay: TrainLayout, out: _Out) -> None:
     strategy = _strategy(lay)
     micro_k, dyn_k, tok_k = ROLE_MICRO[role]
     if strategy == "fsdp":
-        out.set(f"{base}.strategy", "fsdp2" if lay.offload_params else "fsdp")
+        out.set(f"{base}.strategy", "fsdp2" if lay.offload_params and role in TRAINED else "fsdp")
         out.set(f"{base}.ulysses_sequence_parallel_size", lay.cp)
         if role == "actor":
             out.set(f"{ROLE_FSDP[role]}.offload_policy", lay.offload_params)
@@ -248,7 +254,7 @@ def _megatron(role: str, lay: TrainLayout, out: _Out) -> None:
         out.missing.append(f"{role}: Ulysses cp with Megatron (Megatron's cp is ring attention)")
     if lay.pp_schedule == "gpipe":
         out.missing.append(f"{role}: GPipe schedule (Megatron runs 1F1B)")
-    if lay.offload_params or lay.offload_optimizer:
+    if role in TRAINED and (lay.offload_params or lay.offload_optimizer):
         out.missing.append(f"{role}: CPU offload during training with Megatron")
 
 
@@ -263,17 +269,26 @@ def _recompute(role: str, lay: TrainLayout, strategy: str, out: _Out) -> None:
 
 
 def _offload(plan: Plan, roles: list[str], out: _Out) -> None:
-    on = plan.offload_between_phases
+    """Offload keys per role. A trained role's ``param_offload``/``optimizer_offload`` move its
+    states to host between phases: the plan's ``offload_between_phases``, which only a
+    colocated plan charges (written False otherwise). A forward-only role's ``param_offload``
+    streams its weights from host in each pass: its layout's ``offload_params``."""
+    on = plan.offload_between_phases and plan.placement.kind == "colocated"
+    if plan.offload_between_phases and not on:
+        out.missing.append(f"offload_between_phases on a {plan.placement.kind} plan: no phase to offload for; written as False")
     for role in roles:
         lay = plan.layout_for(role)
-        trained = role in ("actor", "critic")
+        trained = role in TRAINED
         if _strategy(lay) == "megatron":
-            whats = ("param_offload", "grad_offload", "optimizer_offload") if trained else ("param_offload",)
-            for what in whats:
-                out.set(f"{ROLE_BASE[role]}.megatron.{what}", on)
+            prefix = f"{ROLE_BASE[role]}.megatron"
+            whats: tuple[str, ...] = ("param_offload", "grad_offload", "optimizer_offload") if trained else ("param_offload",)
         else:
-            for what in ("param_offload", "optimizer_offload") if trained else ("param_offload",):
-                out.set(f"{ROLE_FSDP[role]}.{what}", on)
+            prefix = ROLE_FSDP[role]
+            whats = ("param_offload", "optimizer_offload") if trained else ("param_offload",)
+        for what in whats:
+            out.set(f"{prefix}.{what}", on if trained else lay.offload_params)
+        if not trained and lay.offload_optimizer:
+            out.missing.append(f"{role}: offload_optimizer on a forward-only role (it has no optimizer)")
 
 
 def _engine(plan: Plan, out: _Out) -> None:

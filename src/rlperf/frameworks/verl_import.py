@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from rlperf.algorithms import get_algorithm
+from rlperf.algorithms.spec import KL
 from rlperf.errors import SpecError
 from rlperf.frameworks.common import (
     as_bool,
@@ -46,6 +47,7 @@ from rlperf.frameworks.common import (
     catalog_model,
     compact_layouts,
     generic_workload,
+    kl_setting,
 )
 from rlperf.frameworks.config_tree import (
     KeyReader,
@@ -127,7 +129,7 @@ class _Importer:
         recipe = self._recipe()
         model = catalog_model("actor_rollout_ref.model.path", self._required("actor_rollout_ref.model.path"), self.rec)
         algorithm = self._algorithm(model)
-        roles = self._roles(algorithm["name"], algorithm["reward"]["kind"] == "model")
+        roles = self._roles(algorithm["name"], algorithm.get("kl"), algorithm["reward"]["kind"] == "model")
         cluster, placement, train_gpus, rollout_gpus = self._cluster(recipe)
         workload, minibatches = self._batches(recipe)
         algorithm["minibatches"] = minibatches
@@ -191,8 +193,10 @@ class _Importer:
             name = self._grpo_variant()
         self.rec.map(key, est, f"algorithm {name}")
         epochs = self.get_int(f"{ACTOR}.ppo_epochs", "epochs")
-        self._check_kl(name)
+        kl = self._check_kl(name)
         out: dict[str, Any] = {"name": name, "epochs": epochs, "reward": self._reward()}
+        if kl_setting(name, kl) is not None:
+            out["kl"] = kl
         if name == "PPO":
             critic_key = "critic.model.path"
             if self.r.has(critic_key):
@@ -229,18 +233,21 @@ class _Importer:
         else:
             self.rec.unsupported_key(key, gen, f"DAPO's rounds are costed at {multiplier:g}x the train batch")
 
-    def _check_kl(self, name: str) -> None:
+    def _check_kl(self, name: str) -> KL:
+        """The KL term the run uses: the reference pass runs iff ``use_kl_loss`` or
+        ``use_kl_in_reward`` (verl builds the reference worker only then). In the reward it needs
+        the old-policy log-probs (k1 in the reward); in the loss verl's default estimator is
+        ``low_var_kl`` (k3). Both share one reference pass: costed as the reward form."""
         loss = as_bool(f"{ACTOR}.use_kl_loss", self.get(f"{ACTOR}.use_kl_loss"))
         reward = as_bool("algorithm.use_kl_in_reward", self.get("algorithm.use_kl_in_reward"))
-        algo_kl = get_algorithm(name).kl != "none"
+        kl: KL = "k1_reward" if reward else "k3_loss" if loss else "none"
         for key, value in ((f"{ACTOR}.use_kl_loss", loss), ("algorithm.use_kl_in_reward", reward)):
-            self.rec.map(key, value, "reference pass" if value else "no KL term")
-        if (loss or reward) != algo_kl:
-            has = "runs" if algo_kl else "skips"
-            key = f"{ACTOR}.use_kl_loss" if loss or not reward else "algorithm.use_kl_in_reward"
-            self.rec.unsupported_key(
-                key, loss or reward, f"rlperf's {name} {has} the reference log-prob pass; this config does the opposite"
-            )
+            self.rec.map(key, value, f"reference pass (algorithm.kl {kl})" if value else "no KL term")
+        if kl != "none" and not any(s.condition == "kl" for s in get_algorithm(name).stages):
+            key = "algorithm.use_kl_in_reward" if reward else f"{ACTOR}.use_kl_loss"
+            self.rec.unsupported_key(key, True, f"rlperf's {name} has no reference pass; costed without it")
+            return "none"
+        return kl
 
     def _reward(self) -> dict[str, Any]:
         enable = as_bool("reward_model.enable", self.get("reward_model.enable"))
@@ -263,8 +270,8 @@ class _Importer:
         self.rec.assume("rule reward: rlperf's default CPU cost per sample (not in the config)")
         return {"kind": "rule"}
 
-    def _roles(self, name: str, reward_model: bool) -> tuple[str, ...]:
-        algo = get_algorithm(name)
+    def _roles(self, name: str, kl: KL | None, reward_model: bool) -> tuple[str, ...]:
+        algo = get_algorithm(name) if kl is None else get_algorithm(name).with_kl(kl)
         used = {s.role for s in algo.active_stages(updates_per_rollout=2)}
         roles: list[str] = [r for r in ("actor", "ref", "critic") if r in used]
         if reward_model:
@@ -350,19 +357,36 @@ class _Importer:
         key = f"{base}.ulysses_sequence_parallel_size"
         sp = as_int(key, self.r.get(key, default_sp))
         self.rec.map(key, sp, f"{role} cp (Ulysses)")
-        for which in ("param_offload", "optimizer_offload"):
-            k = f"{fsdp}.{which}"
-            if self.r.has(k):
-                on = as_bool(k, self.r.get(k, None))
-                self.offload |= on
-                self.rec.map(k, on, "offload_between_phases" if on else "states stay on GPU")
         lay: dict[str, Any] = {"zero_stage": 3, "cp": sp, "cp_kind": "ulysses"}
+        lay.update(self._role_offload(role, fsdp, ("param_offload", "optimizer_offload")))
         policy_key = f"{fsdp}.offload_policy"
         if role == "actor" and self.r.has(policy_key):
             on = as_bool(policy_key, self.r.get(policy_key, None))
             self.rec.map(policy_key, on, "FSDP2 CPU offload of params and optimizer" if on else "no CPU offload")
             lay.update(offload_params=on, offload_optimizer=on)
         return lay
+
+    def _role_offload(self, role: str, prefix: str, keys: tuple[str, ...]) -> dict[str, Any]:
+        """Offload switches of one role. A trained role (actor, critic) moves its states to host
+        while the other phase runs: the plan's ``offload_between_phases``. A forward-only role
+        (reference, reward model) keeps its weights on host and streams them in for each pass
+        (FSDP ``CPUOffload(offload_params=True)``): its own layout's ``offload_params``, never
+        the plan-wide switch."""
+        out: dict[str, Any] = {}
+        for which in keys:
+            k = f"{prefix}.{which}"
+            if not self.r.has(k):
+                continue
+            on = as_bool(k, self.r.get(k, None))
+            if role in ("actor", "critic"):
+                self.offload |= on
+                self.rec.map(k, on, "offload_between_phases" if on else "states stay on GPU")
+            elif which == "param_offload":
+                out["offload_params"] = on
+                self.rec.map(k, on, f"{role} weights on host, streamed in per pass (offload_params)" if on else "weights stay on GPU")
+            else:
+                self.rec.map(k, on, f"{role} has no optimizer or gradients: no effect")
+        return out
 
     def _megatron(self, role: str) -> dict[str, Any]:
         base = ROLE_BASE[role]
@@ -374,12 +398,7 @@ class _Importer:
             vals[field] = self.r.get(key, default)
             if self.r.has(key):
                 self.rec.map(key, vals[field], f"{role} {field}")
-        for which in ("param_offload", "grad_offload", "optimizer_offload"):
-            k = f"{base}.megatron.{which}"
-            if self.r.has(k):
-                on = as_bool(k, self.r.get(k, None))
-                self.offload |= on
-                self.rec.map(k, on, "offload_between_phases" if on else "states stay on GPU")
+        offload = self._role_offload(role, f"{base}.megatron", ("param_offload", "grad_offload", "optimizer_offload"))
         m = f"{base}.megatron"
         vpp = vals["virtual_pipeline_model_parallel_size"]
         lay: dict[str, Any] = {
@@ -391,6 +410,7 @@ class _Importer:
             "sequence_parallel": as_bool(f"{m}.sequence_parallel", vals["sequence_parallel"]),
             "zero_stage": 1 if as_bool(f"{m}.use_distributed_optimizer", vals["use_distributed_optimizer"]) else 0,
         }
+        lay.update(offload)
         if vpp is not None and as_int(f"{m}.virtual_pipeline_model_parallel_size", vpp) > 1:
             lay.update(pp_schedule="interleaved", virtual_stages=as_int(f"{m}.virtual_pipeline_model_parallel_size", vpp))
         return lay

@@ -251,6 +251,11 @@ def render_rejected(res: Any) -> None:
     for r in res.rejected[:60]:
         t.add_row(r.label, r.reason)
     console.print(t)
+    if res.pruned:
+        p = table("plans never simulated (branch and bound)", "plans", "why")
+        for x in res.pruned:
+            p.add_row(str(x.count), x.reason)
+        console.print(p)
 
 
 def _engine(plan: Any) -> str:

@@ -34,6 +34,12 @@ from rlperf.specs.plan import Plan
 from rlperf.stages.base import StageCost
 
 
+def pool_sizes(plan: Plan, total_gpus: int) -> tuple[dict[str, int], dict[str, str]]:
+    """(GPUs of each pool, pool of each placement key) of ``plan`` on ``total_gpus``."""
+    pools, assign = plan.placement.resolve(total_gpus)
+    return {p.name: p.num_gpus for p in pools}, assign
+
+
 @dataclass(frozen=True)
 class Estimate:
     step_time_s: float
@@ -76,7 +82,7 @@ class Estimator:
         key = ("costs", plan.rollout, tuple(sorted((k, v) for k, v in plan.layouts.items())))
         c = self._memo.get(key)
         if c is None:
-            c = AnalyticCosts(self.sc.with_plan(plan))
+            c = AnalyticCosts(self.sc.with_plan(plan), timeline=False)
             self._memo[key] = c
         return c  # type: ignore[return-value]
 
@@ -135,8 +141,7 @@ class Estimator:
         sc = self.sc
         plan = cand.plan
         total = sc.cluster.num_gpus
-        pools, assign = plan.placement.resolve(total)
-        size = {p.name: p.num_gpus for p in pools}
+        size, assign = pool_sizes(plan, total)
         gen_pool = assign["generate"]
         g_gen = size[gen_pool]
         mode = mode_of(plan.mode)

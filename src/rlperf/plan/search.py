@@ -1,9 +1,12 @@
-"""The planner: enumerate plans, prune, rank by the fast estimate, simulate the best, Pareto front.
+"""The planner: branch and bound over the plan space, pruned by a closed-form lower bound,
+ordered by the fast estimate, checked by the simulator; then the Pareto front.
 
 GPU counts: the search also considers running on a power-of-two fraction of the cluster (down
-to one node), each size searched on its own with its own top-K, so the plan space for ``P``
-GPUs contains the one for ``P/2``: adding GPUs can never make the best plan slower (a test
-checks it). The Pareto front is over (step time, GPUs, cost per step, staleness).
+to one node). All sizes share one branch and bound (rlperf.plan.bound): a plan is simulated
+only while its lower bound could still beat the best simulated plan, so with tolerance 0 and
+an unlimited budget the result is the exhaustive search's best (a test checks it on random
+scenarios), and the space for ``P`` GPUs contains the one for ``P/2``. The Pareto front is over
+the simulated plans, in (step time, GPUs, cost per step, staleness).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 from rlperf.errors import SpecError
 from rlperf.modes import mode_of
+from rlperf.plan.bound import Bounder, PlanBound
 from rlperf.plan.estimate import Estimate, Estimator
 from rlperf.plan.space import Candidate, Rejected, SearchOptions, enumerate_candidates, framework_default_plans
 from rlperf.scenario import Scenario
@@ -77,6 +81,8 @@ class PlanSearchResult:
     component_evaluations: int
     elapsed_s: float
     notes: tuple[str, ...] = field(default=())
+    pruned: tuple[Pruned, ...] = field(default=())
+    simulations: int = 0
 
 
 def _objective(opts: SearchOptions) -> Callable[[PlanEvaluation], float]:
@@ -171,51 +177,30 @@ def ray_mapper() -> Mapper:
 
 
 @dataclass(frozen=True)
-class _SizeSearch:
+class Pruned:
+    """Plans never simulated, and why: their bound could not beat the best simulated plan by
+    more than the tolerance (proven), or the simulation budget ran out first (not proven)."""
+
+    reason: str
+    count: int
+
+
+@dataclass
+class _Node:
     gpus: int
-    shortlisted: tuple[tuple[str, Plan, Estimate | None, str], ...]
-    rejected: tuple[Rejected, ...]
-    considered: int
-    estimates: int
-    estimate_s: float
-    component_evaluations: int
+    cand: Candidate
+    bound: PlanBound
+    bound_obj: float
+    estimate: Estimate | None = None
+    est_obj: float = math.inf
 
 
-def _search_size(args: tuple[Scenario, int, SearchOptions]) -> _SizeSearch:
-    """Rank every candidate on ``gpus`` GPUs by the fast estimate; keep the top K and the
-    framework defaults. A deterministic function of (scenario, gpus, options) only."""
-    sc, gpus, opts = args
-    obj = _objective(opts)
-    sub = resized(sc, gpus)
-    est = Estimator(sub)
-    rejected: list[Rejected] = []
-    ranked: list[tuple[float, Candidate, Estimate]] = []
-    considered = 0
-    t_est = 0.0
-    n_est = 0
-    for c in enumerate_candidates(sub, opts):
-        considered += 1
-        if isinstance(c, Rejected):
-            rejected.append(c)
-            continue
-        if c.staleness > opts.max_staleness:
-            continue
-        t1 = time.perf_counter()
-        try:
-            e = est.estimate(c)
-        except SpecError as err:
-            rejected.append(Rejected(f"{gpus} GPUs | {c.label}", str(err)))
-            continue
-        finally:
-            t_est += time.perf_counter() - t1
-            n_est += 1
-        ranked.append((obj(PlanEvaluation(c.label, c.plan, gpus, e, None, "search")), c, e))
-    ranked.sort(key=lambda x: (x[0], x[1].label))
-    short: list[tuple[str, Plan, Estimate | None, str]] = [(c.label, c.plan, e, "search") for _, c, e in ranked[: opts.top_k]]
-    # Framework defaults at every size, so that the space for P GPUs contains the one for P/2.
-    for c in framework_default_plans(sub):
-        short.append((c.label, c.plan, _try(est, c), "baseline"))
-    return _SizeSearch(gpus, tuple(short), tuple(rejected), considered, n_est, t_est, est.evaluations)
+def _bound_objective(opts: SearchOptions, b: PlanBound, gpus: int, price: float | None) -> float:
+    if opts.objective == "cost":
+        return b.step_s * gpus * price / 3600.0 if price is not None else b.step_s * gpus
+    if opts.objective == "throughput_per_gpu":
+        return b.step_s * gpus
+    return b.step_s
 
 
 def search(
@@ -225,73 +210,157 @@ def search(
     progress: Callable[[str, int, int], None] | None = None,
     include_user_plan: bool = True,
 ) -> PlanSearchResult:
+    """Branch and bound over the plan space of every GPU count (rlperf.plan.bound):
+
+    1. every candidate gets its closed-form lower bound;
+    2. the framework defaults (and the user's plan) are simulated: the first incumbent;
+    3. candidates whose bound, less the tolerance, cannot beat the incumbent are pruned; the
+       rest get the fast estimate and are simulated best estimate first, a batch at a time
+       (one plan per worker), each batch tightening the incumbent and pruning again;
+    4. it stops when nothing is left (the best is proven within the tolerance) or after
+       ``top_k`` simulations per GPU count (the rest are reported as not proven).
+    """
     opts = opts or SearchOptions()
     mapper = mapper or local_mapper()
     t0 = time.perf_counter()
     obj = _objective(opts)
     sizes = gpu_counts(sc)
-    if progress:
-        progress(f"estimating plans on {', '.join(map(str, sizes))} GPUs", 0, 2)
-    per_size: list[_SizeSearch] = mapper(_search_size, [(sc, g, opts) for g in sizes])
-    rejected = [r for ps in per_size for r in ps.rejected]
+    price = sc.cluster.accelerator.price_usd_per_hour
+    rejected: list[Rejected] = []
+    nodes: list[_Node] = []
+    subs: dict[int, Scenario] = {}
+    ests: dict[int, Estimator] = {}
+    considered = 0
+    for g in sizes:
+        sub = subs[g] = resized(sc, g)
+        est = ests[g] = Estimator(sub)
+        bounder = Bounder(sub, est)
+        for c in enumerate_candidates(sub, opts):
+            considered += 1
+            if isinstance(c, Rejected):
+                rejected.append(c)
+                continue
+            if c.staleness > opts.max_staleness:
+                continue
+            try:
+                b = bounder.bound(c)
+            except SpecError as err:
+                rejected.append(Rejected(f"{g} GPUs | {c.label}", str(err)))
+                continue
+            nodes.append(_Node(g, c, b, _bound_objective(opts, b, g, price)))
+        if progress:
+            progress(f"bounded {len(nodes)} plans on {', '.join(map(str, sizes))} GPUs", 0, 1)
+    t_bounded = time.perf_counter()
+
+    # The first incumbent: the framework defaults on all GPUs, and the user's plan.
     items: list[tuple[Scenario, str, Plan, Estimate | None, str]] = []
-    for ps in per_size:
-        sub = resized(sc, ps.gpus)
-        items.extend((sub, label, plan, e, src) for label, plan, e, src in ps.shortlisted)
+    for c in framework_default_plans(sc):
+        items.append((sc, c.label, c.plan, _try(ests[sc.cluster.num_gpus], c), "baseline"))
     if include_user_plan:
         user = Candidate(sc.plan, "your plan (scenario)")
-        items.append((sc, user.label, user.plan, _try(Estimator(sc), user), "user"))
-    t_estimated = time.perf_counter()
-    # Simulate each distinct (GPUs, plan) once: a baseline is often also the user's plan.
-    keys = [(s.cluster.num_gpus, plan.model_dump_json()) for s, _, plan, _, _ in items]
-    uniq: dict[tuple[int, str], int] = {}
-    for i, k in enumerate(keys):
-        uniq.setdefault(k, i)
-    if progress:
-        progress(f"simulating the {len(uniq)} best plans", 1, 2)
-    order = list(uniq.values())
-    got = mapper(_simulate_one, [(items[i][0], items[i][2]) for i in order])
-    by_key = dict(zip(uniq.keys(), got))
-    sims = [by_key[k] for k in keys]
-    if progress:
-        progress("done", 2, 2)
+        items.append((sc, user.label, user.plan, _try(ests[sc.cluster.num_gpus], user), "user"))
+    sims = 0
     evals: list[PlanEvaluation] = []
-    for (s, label, plan, e, src), r in zip(items, sims):
-        if isinstance(r, str):
-            rejected.append(Rejected(f"{s.cluster.num_gpus} GPUs | {label}", r))
-            evals.append(PlanEvaluation(label, plan, s.cluster.num_gpus, e, None, src, error=r))
-        else:
-            evals.append(PlanEvaluation(label, plan, s.cluster.num_gpus, e, r, src))
+
+    def simulate_batch(batch: list[tuple[Scenario, str, Plan, Estimate | None, str]]) -> None:
+        nonlocal sims
+        keys = [(s.cluster.num_gpus, plan.model_dump_json()) for s, _, plan, _, _ in batch]
+        uniq: dict[tuple[int, str], int] = {}
+        for i, k in enumerate(keys):
+            uniq.setdefault(k, i)
+        order = list(uniq.values())
+        got = mapper(_simulate_one, [(batch[i][0], batch[i][2]) for i in order])
+        sims += len(order)
+        by_key = dict(zip(uniq.keys(), got))
+        for (s, label, plan, e, src), k in zip(batch, keys):
+            r = by_key[k]
+            if isinstance(r, str):
+                rejected.append(Rejected(f"{s.cluster.num_gpus} GPUs | {label}", r))
+                evals.append(PlanEvaluation(label, plan, s.cluster.num_gpus, e, None, src, error=r))
+            else:
+                evals.append(PlanEvaluation(label, plan, s.cluster.num_gpus, e, r, src))
+
+    def incumbent() -> float:
+        ok = [obj(e) for e in evals if e.sim is not None and e.source != "user" and e.staleness <= max(opts.max_staleness, 0)]
+        return min(ok, default=math.inf)
+
+    simulate_batch(items)
+    budget = opts.top_k * len(sizes)
+    batch_size = max(1, opts.sim_batch)
+    pruned_terms: dict[str, int] = {}
+    searched = 0
+    live = sorted(nodes, key=lambda n: (n.bound_obj, n.gpus, n.cand.label))
+    estimated: set[int] = set()
+    while True:
+        best = incumbent()
+        keep = [n for n in live if n.bound_obj * (1 + opts.tolerance) < best]
+        for n in live:
+            if n.bound_obj * (1 + opts.tolerance) >= best:
+                pruned_terms[n.bound.term] = pruned_terms.get(n.bound.term, 0) + 1
+        live = keep
+        if not live or searched >= budget:
+            break
+        for n in live:
+            if id(n) in estimated:
+                continue
+            estimated.add(id(n))
+            try:
+                n.estimate = ests[n.gpus].estimate(n.cand)
+                n.est_obj = obj(PlanEvaluation(n.cand.label, n.cand.plan, n.gpus, n.estimate, None, "search"))
+            except SpecError as err:
+                rejected.append(Rejected(f"{n.gpus} GPUs | {n.cand.label}", str(err)))
+        live = [n for n in live if n.estimate is not None]
+        live.sort(key=lambda n: (n.est_obj, n.bound_obj, n.gpus, n.cand.label))
+        take, live = live[: min(batch_size, budget - searched)], live[min(batch_size, budget - searched):]
+        if not take:
+            break
+        if progress:
+            progress(f"simulating plans ({sims} done, {len(live)} left to beat)", searched, budget)
+        simulate_batch([(subs[n.gpus], n.cand.label, n.cand.plan, n.estimate, "search") for n in take])
+        searched += len(take)
+        live.sort(key=lambda n: (n.bound_obj, n.gpus, n.cand.label))
+    if progress:
+        progress("done", 1, 1)
+    unproven = len(live)
+    best_left = min((n.bound_obj for n in live), default=math.inf)
+
     ok = [e for e in evals if e.sim is not None and e.staleness <= max(opts.max_staleness, 0)]
     ok += [e for e in evals if e.sim is not None and e.source == "user" and e not in ok]
     if not ok:
         reasons = "; ".join(sorted({r.reason for r in rejected})[:3])
         raise SpecError("plan", f"no feasible plan on {sc.cluster.num_gpus} GPUs: {reasons}")
-    # Best: the objective over everything simulated (searched plans and baselines alike).
-    ranked = sorted((e for e in ok if e.source != "user"), key=lambda e: (obj(e), e.label))
-    best = ranked[0] if ranked else ok[0]
-    n_est = sum(ps.estimates for ps in per_size)
-    t_est = sum(ps.estimate_s for ps in per_size)
-    comp = sum(ps.component_evaluations for ps in per_size)
+    ranked = sorted((e for e in ok if e.source != "user"), key=lambda e: (obj(e), e.label, e.num_gpus))
+    best_eval = ranked[0] if ranked else ok[0]
+    n_est = len(estimated)
+    comp = sum(e.evaluations for e in ests.values())
     t_end = time.perf_counter()
+    pruned = [Pruned(f"bound ({term}) within {opts.tolerance:.0%} of the best simulated plan or above it", k)
+              for term, k in sorted(pruned_terms.items())]
+    if unproven:
+        pruned.append(Pruned(f"not simulated: simulation budget of {budget} plans spent (best remaining bound "
+                             f"{best_left / obj(best_eval):.2f}x the best plan)", unproven))
     notes = [
-        f"fast estimate: {n_est} candidates in {t_est:.1f} s ({comp} stage-cost evaluations, memoized)",
-        f"wall: search {t_estimated - t0:.1f} s, simulation of {len(uniq)} plans {t_end - t_estimated:.1f} s",
+        f"branch and bound: {len(nodes)} plans bounded in {t_bounded - t0:.1f} s, {n_est} estimated, {sims} simulated, "
+        f"{sum(p.count for p in pruned[: len(pruned_terms)])} pruned by bound"
+        + (f", {unproven} left unproven" if unproven else ", best proven within the tolerance"),
+        f"wall: {t_end - t0:.1f} s; fast estimate {comp} stage-cost evaluations (memoized)",
     ]
     return PlanSearchResult(
         scenario=sc.name,
         num_gpus=sc.cluster.num_gpus,
-        considered=sum(ps.considered for ps in per_size),
+        considered=considered,
         rejected=tuple(rejected),
         evaluated=tuple(e for e in ranked if e.source == "search"),
-        best=best,
+        best=best_eval,
         pareto=_pareto([e for e in ok if e.source != "user"]),
-        baselines=tuple(e for e in evals if e.source == "baseline" and e.num_gpus == sc.cluster.num_gpus),
+        baselines=tuple(e for e in evals if e.source == "baseline"),
         user=next((e for e in evals if e.source == "user"), None),
-        estimates_per_s=n_est / t_est if t_est > 0 else math.inf,
+        estimates_per_s=math.inf,
         component_evaluations=comp,
         elapsed_s=time.perf_counter() - t0,
         notes=tuple(notes),
+        pruned=tuple(pruned),
+        simulations=sims,
     )
 
 

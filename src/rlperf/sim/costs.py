@@ -11,7 +11,9 @@ A pool of ``g`` GPUs is costed as its own cluster: one node when ``g`` fits in a
 
 from __future__ import annotations
 
+import hashlib
 import math
+from collections import OrderedDict
 from functools import lru_cache
 from typing import Literal
 
@@ -24,11 +26,17 @@ from rlperf.sim.kernel import Segment
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout, check_train_layout
 from rlperf.stages.base import StageCost
+from rlperf.stages.rollout_result import RolloutResult
 
 
 class AnalyticCosts:
-    def __init__(self, sc: Scenario) -> None:
+    """``timeline=False``: rollouts carry no engine timeline segments (a planner reads step
+    times only, and merging the segments of every engine step costs as much as a sixth of the
+    rollout simulation); every figure is the same."""
+
+    def __init__(self, sc: Scenario, timeline: bool = True) -> None:
         self.sc = sc
+        self.timeline = timeline
         self.plan = sc.plan
         self._clusters: dict[int, Cluster] = {}
         for role in ("actor", "critic", "ref", "reward_model", "prm"):
@@ -87,9 +95,16 @@ class AnalyticCosts:
 
         engine = self._engine(gpus)
         used = engine.num_gpus
-        reqs = RolloutRequests.build(batch.prompt_tokens, batch.target_tokens, batch.group_ids, batch.generated_tokens)
-        opts = RolloutOptions(token_budget_per_request=token_budget)
-        r = simulate_rollout(self.sc.models["actor"], self.cluster(used), engine, reqs, opts)
+        model, cluster = self.sc.models["actor"], self.cluster(used)
+        key = _rollout_key(model.model_dump_json(), cluster.model_dump_json(), engine.model_dump_json(), batch, token_budget)
+        r = _ROLLOUTS.get(key)
+        if r is None:
+            reqs = RolloutRequests.build(batch.prompt_tokens, batch.target_tokens, batch.group_ids, batch.generated_tokens)
+            opts = RolloutOptions(token_budget_per_request=token_budget)
+            r = simulate_rollout(model, cluster, engine, reqs, opts)
+            _remember(key, r)
+        else:
+            _ROLLOUTS.move_to_end(key)
         cost = StageCost(
             name="generate",
             time_s=r.makespan_s,
@@ -101,7 +116,7 @@ class AnalyticCosts:
             peak_memory_bytes=self.engine_memory_bytes(used),
             breakdown=(("decode_depth", r.decode_depth_s), ("tail", r.tail_s)),
         )
-        segs = _merge_segments(r.segments, engine.gpus_per_replica)
+        segs = _merge_segments(r.segments, engine.gpus_per_replica) if self.timeline else ()
         return RolloutOutcome(
             cost=cost,
             finish_s=np.asarray(r.finish_time_s, dtype=np.float64),
@@ -159,6 +174,33 @@ class AnalyticCosts:
 
         lay = self._train_layout("actor", gpus)
         return ws.offload_switch(self.sc.models["actor"], self.cluster(gpus), lay, to=to)
+
+
+# Rollouts already simulated in this process, by everything they depend on: a planner asks for
+# the same rollout from its fast estimate and again in the first simulated iteration of the
+# plans it shortlists (the same workload sample, engine and GPUs). Results are immutable
+# (read-only arrays), so sharing one is safe.
+_ROLLOUTS: OrderedDict[tuple[str, str, str, bytes, int | None], RolloutResult] = OrderedDict()
+_ROLLOUTS_MAX = 32
+
+
+def _rollout_key(model: str, cluster: str, engine: str, batch: RolloutBatch,
+                 token_budget: int | None) -> tuple[str, str, str, bytes, int | None]:
+    h = hashlib.blake2b(digest_size=16)
+    for a in (batch.prompt_tokens, batch.target_tokens, batch.generated_tokens, batch.group_ids):
+        arr = np.ascontiguousarray(a, dtype=np.int64)
+        h.update(arr.size.to_bytes(8, "little"))
+        h.update(arr.tobytes())
+    return model, cluster, engine, h.digest(), token_budget
+
+
+def _remember(key: tuple[str, str, str, bytes, int | None], r: RolloutResult) -> None:
+    for a in (r.finish_time_s, r.generated_tokens, r.replica_finish_s):
+        if isinstance(a, np.ndarray):
+            a.flags.writeable = False
+    _ROLLOUTS[key] = r
+    if len(_ROLLOUTS) > _ROLLOUTS_MAX:
+        _ROLLOUTS.popitem(last=False)
 
 
 def _merge_segments(segments: tuple, gpus_per_replica: int) -> tuple[Segment, ...]:  # type: ignore[type-arg]

@@ -25,7 +25,9 @@ sequence of a micro-batch computes as many tokens as its longest: ``padded=True`
 
 from __future__ import annotations
 
+import hashlib
 import heapq
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -183,8 +185,33 @@ def _first_fit_decreasing(lengths: list[int], max_tokens: int) -> list[list[int]
     return bins
 
 
+# Packing depends only on the lengths and four layout fields, and a planner costs the same
+# batch under the same layout many times (old log-probs, reference log-probs and the update all
+# pack one batch; hundreds of candidate plans share a layout), so results are memoized: the key
+# is a digest of the lengths, the value is immutable (read-only arrays).
+_PACKED: OrderedDict[tuple[bytes, int, int, int | None, int, int], MicroBatches] = OrderedDict()
+_PACKED_MAX = 512
+
+
 def microbatches_for(seq_tokens: np.ndarray, layout: TrainLayout) -> MicroBatches:
     """One mini-batch under ``layout``: balanced over its dp ranks, cut by count or by budget."""
+    arr = np.ascontiguousarray(seq_tokens, dtype=np.int64)
+    key = (hashlib.blake2b(arr.tobytes(), digest_size=16).digest(), arr.size, layout.dp,
+           layout.max_tokens_per_microbatch, layout.cp, layout.micro_batch_size)
+    hit = _PACKED.get(key)
+    if hit is not None:
+        _PACKED.move_to_end(key)
+        return hit
+    mbs = _pack(arr, layout)
+    for a in (mbs.lengths, mbs.sizes, mbs.rank_of):
+        a.flags.writeable = False
+    _PACKED[key] = mbs
+    if len(_PACKED) > _PACKED_MAX:
+        _PACKED.popitem(last=False)
+    return mbs
+
+
+def _pack(seq_tokens: np.ndarray, layout: TrainLayout) -> MicroBatches:
     parts = _balance(seq_tokens, layout.dp)
     budget = layout.max_tokens_per_microbatch
     if budget is None:

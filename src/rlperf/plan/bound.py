@@ -1,0 +1,157 @@
+"""A lower bound on a plan's simulated step time, in closed form, for branch and bound.
+
+Work-depth (Brent 1974; Blelloch 1996): no schedule on ``P`` devices beats ``max(W/P, D)``. The
+planner needs the bound *before* it simulates anything, so every term here is a closed form
+from the model, the hardware peaks and the sampled lengths, never from a simulation:
+
+- rollout on ``g`` GPUs (``r = g / tp`` tensor-parallel groups): ``max(F_gen / (r · R_mm),
+  Σ ctx · kv / (g · B_hbm), D_gen)`` with ``F_gen = linear FLOPs per token · tokens`` (prefill
+  and decode), ``R_mm`` the engine's matmul rate per replica, ``Σ ctx`` the KV read by every
+  decode step of every request (``p·L + L²/2``), ``B_hbm`` the decode bandwidth per GPU, and
+  ``D_gen`` the time of the longest request alone on a replica (capped at the token budget for
+  partial rollouts). Dynamic sampling multiplies the work by its rounds;
+- a forward pass or a training update of a role on ``g`` GPUs: ``2·N·T`` (forward) or
+  ``6·N·T·e`` (update) FLOPs at the accelerator's dense peak, ``N`` active parameters, ``T``
+  trained tokens, ``e`` epochs;
+- composition per execution mode: a synchronous step serializes the rollout and each pool's
+  training work (``gen + max_pool(fwd + train)``; with stage fusion the forward passes may hide
+  in the rollout, so only the updates count after it); a pipelined mode (staleness >= 1,
+  partial rollout) can overlap everything, so only ``max(gen, max_pool(fwd + train),
+  W_total / P)``.
+
+The bound is loose where a stage runs far from its peak (decode is memory bound; the FLOP
+term then says little): it prunes whole GPU counts and placements whose pools are too small
+for the work, while the fast estimate (rlperf.plan.estimate) orders the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlperf.plan.estimate import Estimator, pool_sizes
+from rlperf.plan.space import Candidate
+from rlperf.scenario import Scenario
+from rlperf.specs.parallel import EngineLayout
+from rlperf.modes import mode_of
+from rlperf.stages.rollout import solo_times_s
+from rlperf.stages.rollout_step import StepModel
+
+
+@dataclass(frozen=True)
+class PlanBound:
+    step_s: float  # lower bound on the simulated time per step
+    term: str  # the term that sets it: "rollout depth", "rollout work", "training work", "total work"
+
+
+class Bounder:
+    """Closed-form lower bounds for the plans of one scenario (memoized per engine and pool)."""
+
+    def __init__(self, sc: Scenario, est: Estimator | None = None) -> None:
+        self.sc = sc
+        self.est = est or Estimator(sc)
+        wl = sc.workload
+        gen_prompts = self.est.batch.num_requests // wl.group_size
+        self._wl = wl if gen_prompts == wl.prompts_per_step else wl.model_copy(update={"prompts_per_step": gen_prompts})
+        self._samples: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
+        self._gen: dict[tuple[EngineLayout, int | None, int], tuple[float, float, float]] = {}
+        self._train: dict[tuple[str, int], tuple[float, float]] = {}
+
+    def _sample(self, it: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """(prompt, response) lengths per request and the trained tokens of iteration ``it``:
+        the simulator draws iteration ``it``'s batch with seed ``1000·it`` (rlperf.sim)."""
+        got = self._samples.get(it)
+        if got is None:
+            s = self._wl.sample(1000 * it)
+            p = np.asarray(s.prompt_tokens, np.int64)
+            r = np.asarray(s.response_tokens, np.int64)
+            prompt, target = np.repeat(p, r.shape[1]), r.reshape(-1)
+            kept = float(np.sum((prompt + target)[: self.sc.workload.prompts_per_step * self.sc.workload.group_size]))
+            got = (prompt, target, kept)
+            self._samples[it] = got
+        return got
+
+    def _rollout_terms(self, engine: EngineLayout, budget: int | None, it: int) -> tuple[float, float, float]:
+        """(matmul device-seconds, KV-read device-seconds, depth) of iteration ``it``'s rollout."""
+        key = (engine, budget, it)
+        got = self._gen.get(key)
+        if got is None:
+            sc = self.sc
+            node = sc.cluster.gpus_per_node
+            one = sc.cluster.model_copy(update={"num_nodes": 1, "gpus_per_node": min(node, engine.tp * engine.pp)})
+            step = StepModel.build(sc.models["actor"], one, engine.model_copy(update={"replicas": 1}))
+            prompt, target, _ = self._sample(it)
+            resp = target if budget is None else np.minimum(target, budget)
+            tokens = float(np.sum(prompt) + np.sum(target))
+            # One tensor-parallel group computes at matmul_flops_per_s: device-seconds x tp.
+            mm = step.decode_linear_flops_per_token * tokens / step.matmul_flops_per_s * engine.tp
+            p, r = prompt.astype(np.float64), target.astype(np.float64)
+            ctx_reads = float(np.sum(p * r + 0.5 * r * r))
+            kv = ctx_reads * step.kv_bytes_per_token_per_gpu * engine.tp / step.hbm_bytes_per_s
+            i = int(np.argmax(resp))
+            pre, dec = solo_times_s(step, prompt[i : i + 1], np.maximum(resp[i : i + 1] - 1, 0),
+                                    engine.max_num_batched_tokens)
+            got = (mm * self.est.rounds, kv * self.est.rounds, float(pre[0] + dec[0]))
+            self._gen[key] = got
+        return got
+
+    def _role_terms(self, role: str, it: int) -> tuple[float, float]:
+        """(forward, update) device-seconds of one role at the accelerator's dense peak."""
+        got = self._train.get((role, it))
+        if got is None:
+            sc = self.sc
+            acc = sc.cluster.accelerator
+            lay = sc.plan.layout_for(role)
+            peak = acc.peak_flops.get(lay.param_dtype) or max(acc.peak_flops.values())
+            n = float(sc.models[role].num_active_params)
+            fwd = 2.0 * n * self._sample(it)[2] / peak
+            got = (fwd, 3.0 * fwd * sc.epochs)
+            self._train[(role, it)] = got
+        return got
+
+    def bound(self, cand: Candidate) -> PlanBound:
+        """The smallest of the per-iteration bounds over the iterations the simulator averages
+        (each draws its own batch): a lower bound on their mean."""
+        warmup, steady = mode_of(cand.plan.mode).sim_iterations()
+        return min((self._bound_at(cand, it) for it in range(warmup, warmup + steady)), key=lambda b: b.step_s)
+
+    def _bound_at(self, cand: Candidate, it: int) -> PlanBound:
+        sc = self.sc
+        plan = cand.plan
+        total = sc.cluster.num_gpus
+        size, assign = pool_sizes(plan, total)
+        gen_pool = assign["generate"]
+        mode = mode_of(plan.mode)
+        mm, kv, depth = self._rollout_terms(plan.rollout, mode.token_budget, it)
+        # A pipelined loop overlaps up to s + 1 iterations: only depth / (s + 1) is sure per step.
+        # Partial rollouts carry requests over: counted as pipelined with at least s = 1.
+        s = mode.effective_staleness(assign["actor"] == gen_pool and plan.offload_between_phases)
+        pipelined = s > 0 or mode.carries_unfinished
+        depth /= max(s, 1) + 1 if pipelined else 1
+        fused = mode.fusion is not None and mode.allows_fusion and self.est.gen_rounds.allows_fusion
+        g_gen = size[gen_pool]
+        gen_work = max(mm, kv)
+        gen_s = max(gen_work / g_gen, depth)
+        gen_term = "rollout depth" if depth >= gen_work / g_gen else "rollout work"
+        fwd: dict[str, float] = {}
+        upd: dict[str, float] = {}
+        for st in sc.algorithm.active_stages(sc.epochs * sc.minibatches):
+            if st.kind == "forward" or (st.kind == "reward" and sc.spec.algorithm.reward.kind == "model"):
+                pool = assign[st.role]
+                fwd[pool] = fwd.get(pool, 0.0) + self._role_terms(st.role, it)[0]
+            elif st.kind == "train":
+                pool = assign[st.role]
+                upd[pool] = upd.get(pool, 0.0) + self._role_terms(st.role, it)[1]
+        train_work = sum(fwd.values()) + sum(upd.values())
+        total_s = (gen_work + train_work) / total
+        busy = set(fwd) | set(upd)
+        if not pipelined:
+            train_s = max(((upd.get(p, 0.0) + (0.0 if fused else fwd.get(p, 0.0))) / size[p] for p in busy), default=0.0)
+            step = max(gen_s + train_s, total_s)
+            term = gen_term if gen_s >= train_s else "training work"
+            return PlanBound(step, term if step > total_s else "total work")
+        train_s = max(((fwd.get(p, 0.0) + upd.get(p, 0.0)) / size[p] for p in busy), default=0.0)
+        step = max(gen_s, train_s, total_s)
+        term = gen_term if step == gen_s else ("training work" if step == train_s else "total work")
+        return PlanBound(step, term)

@@ -1,0 +1,86 @@
+"""Memoized stage results (rollouts, micro-batch packing) and rollouts without a timeline give
+exactly what a fresh, full computation gives."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from rlperf.scenario import load_scenario
+from rlperf.sim import costs as costs_mod
+from rlperf.sim.costs import AnalyticCosts
+from rlperf.sim.interface import RolloutBatch
+from rlperf.sim.run import run_scenario
+from rlperf.specs.parallel import TrainLayout
+from rlperf.stages import microbatch
+
+
+def _scenario():  # type: ignore[no-untyped-def]
+    return load_scenario({
+        "name": "memo",
+        "model": "Qwen2.5-0.5B",
+        "cluster": {"gpu": "H100", "num_nodes": 1, "gpus_per_node": 4},
+        "workload": {
+            "prompts_per_step": 16, "group_size": 4,
+            "prompt_length": {"kind": "uniform", "min_tokens": 32, "max_tokens": 256},
+            "response_length": {"kind": "lognormal", "median_tokens": 400, "sigma": 0.9, "cap_tokens": 2048},
+        },
+        "algorithm": {"name": "GRPO", "minibatches": 2},
+        "plan": {"rollout": {"tp": 1}, "layouts": {"actor": {"max_tokens_per_microbatch": 4096}}},
+    })
+
+
+def _batch() -> RolloutBatch:
+    rng = np.random.default_rng(3)
+    p = np.repeat(rng.integers(32, 256, 16), 4)
+    r = rng.integers(1, 2048, 64)
+    return RolloutBatch(p, r, np.zeros(64, np.int64), np.repeat(np.arange(16), 4))
+
+
+def _same_outcome(a, b) -> None:  # type: ignore[no-untyped-def]
+    assert a.cost == b.cost
+    assert a.tail_s == b.tail_s
+    for f in ("finish_s", "generated_tokens", "replica_finish_s"):
+        assert np.array_equal(getattr(a, f), getattr(b, f))
+
+
+def test_rollout_without_timeline_and_from_the_cache_is_the_fresh_rollout() -> None:
+    sc = _scenario()
+    costs_mod._ROLLOUTS.clear()
+    fresh = AnalyticCosts(sc).rollout(_batch(), 4, None)
+    assert fresh.segments
+    cached = AnalyticCosts(sc).rollout(_batch(), 4, None)
+    bare = AnalyticCosts(sc, timeline=False).rollout(_batch(), 4, None)
+    assert len(costs_mod._ROLLOUTS) == 1
+    _same_outcome(fresh, cached)
+    _same_outcome(fresh, bare)
+    assert cached.segments == fresh.segments and bare.segments == ()
+    # A different budget is a different rollout.
+    AnalyticCosts(sc).rollout(_batch(), 4, 64)
+    assert len(costs_mod._ROLLOUTS) == 2
+
+
+def test_packing_cache_returns_what_packing_computes() -> None:
+    rng = np.random.default_rng(0)
+    seqs = rng.integers(100, 9000, 300)
+    for lay in (TrainLayout(dp=4, max_tokens_per_microbatch=16384), TrainLayout(dp=2, cp=2, max_tokens_per_microbatch=8192),
+                TrainLayout(dp=3, max_tokens_per_microbatch=None, micro_batch_size=5)):
+        fresh = microbatch._pack(seqs, lay)
+        for _ in range(2):
+            got = microbatch.microbatches_for(seqs, lay)
+            assert np.array_equal(got.lengths, fresh.lengths) and np.array_equal(got.sizes, fresh.sizes)
+            assert np.array_equal(got.rank_of, fresh.rank_of) and got.num_ranks == fresh.num_ranks
+    # Another batch of the same size is packed on its own.
+    other = microbatch.microbatches_for(seqs[::-1] + 1, TrainLayout(dp=4, max_tokens_per_microbatch=16384))
+    assert int(other.lengths.sum()) == int(seqs.sum()) + seqs.size
+
+
+def test_simulation_is_unchanged_by_warm_caches() -> None:
+    sc = _scenario()
+    costs_mod._ROLLOUTS.clear()
+    microbatch._PACKED.clear()
+    cold = run_scenario(sc)
+    warm = run_scenario(sc)
+    assert cold.step_times_s == warm.step_times_s
+    assert dataclasses.replace(cold, segments=()) == dataclasses.replace(warm, segments=())

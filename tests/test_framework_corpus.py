@@ -8,6 +8,8 @@ are counted apart: rlperf has no vision tower yet.
 from __future__ import annotations
 
 import csv
+import shutil
+import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -77,3 +79,111 @@ def test_vision_models_fail_with_one_line_naming_the_model(rel: str) -> None:
     with pytest.raises(SpecError) as err:
         load_framework_config(_kind(str(path.relative_to(CORPUS))), path)
     assert "\n" not in str(err.value) and "--model-config" in str(err.value)
+
+
+# ---------------------------------------------------------------------- hand-checked mappings
+# (file, model, (nodes, gpus per node), algorithm, kl, (prompts, n, prompt cap, response cap),
+#  mini-batches, placement (kind, rollout GPUs), mode (kind, staleness), engine (tp, replicas),
+#  actor (dp, tp, pp, cp, ep, micro-batch, token budget), offload between phases)
+# Each row was read off the script by hand; the comments say from where.
+HAND_CHECKED = [
+    # python3 -m verl.trainer.main_ppo --config-name=ppo_megatron_trainer: tp 2, pp 2 on 8 GPUs,
+    # use_kl_loss=True (GRPO's own k3), train_batch_size 1024 / mini 256, micro 4, rollout tp 2
+    ("verl/examples/grpo_trainer/run_qwen2-7b_math_megatron.sh", "Qwen2-7B", (1, 8), "GRPO", None,
+     (1024, 5, 1024, 1024), 4, ("colocated", None), ("sync", 0), (2, 4), (2, 2, 2, 1, 1, 4, None), False),
+    # Megatron MoE on 4 nodes: pp 8, tp 4, ep 4 (etp 1), dynamic bsz with 11680 tokens/GPU,
+    # actor param/grad/optimizer offload -> between phases
+    ("verl/examples/grpo_trainer/run_qwen3-235b_megatron_96gb.sh", "Qwen3-235B-A22B", (4, 8), "GRPO", None,
+     (32, 8, 2048, 9632), 2, ("colocated", None), ("sync", 0), (8, 4), (1, 4, 8, 1, 4, 2, 11680), True),
+    # PPO with Ulysses sp 2; use_kl_in_reward=False and no KL loss: no reference pass
+    ("verl/examples/ppo_trainer/run_deepseek7b_llm_sp2.sh", "deepseek-llm-7b-base", (1, 8), "PPO", "none",
+     (1024, 1, 512, 512), 4, ("colocated", None), ("sync", 0), (4, 2), (4, 1, 1, 2, 1, 32, None), False),
+    # PPO with a reward model (FsfairX-LLaMA3-RM, Llama-3-8B shapes)
+    ("verl/examples/ppo_trainer/run_qwen2-7b_rm.sh", "Qwen2-7B", (1, 8), "PPO", "none",
+     (1024, 1, 1024, 512), 4, ("colocated", None), ("sync", 0), (1, 8), (8, 1, 1, 1, 1, 16, None), False),
+    # LoRA on 2 GPUs (lora_rank listed as unsupported below), ref param_offload only
+    ("verl/examples/grpo_trainer/run_qwen2_5-3b_gsm8k_grpo_lora.sh", "Qwen2.5-3B", (1, 2), "GRPO", None,
+     (16, 5, 512, 1024), 1, ("colocated", None), ("sync", 0), (2, 1), (2, 1, 1, 1, 1, 40, None), False),
+    # recipe.dapo.main_dapo: filter_groups -> DAPO, sp 8, 16 nodes, offload=True for the actor
+    ("verl/recipe/dapo/run_dapo_qwen2.5_32b.sh", "Qwen2.5-32B", (16, 8), "DAPO", None,
+     (512, 16, 2048, 20480), 16, ("colocated", None), ("sync", 0), (4, 32), (16, 1, 1, 8, 1, 1, 22528), True),
+    # one-step-off entry point: 2 rollout + 6 training GPUs (n_gpus_rollout=2 on 8)
+    ("verl/experimental/one_step_off_policy/shell/grpo_3b_gsm8k_fsdp2_2_6.sh", "Qwen2.5-3B", (1, 8), "GRPO", None,
+     (1152, 5, 512, 1024), 6, ("disaggregated", 2), ("one_step_off", 0), (2, 1), (6, 1, 1, 1, 1, 32, None), False),
+    # fully-async: 1 rollout node + 1 training node; a step = 4 sync steps x 4 batches x 32 prompts;
+    # staleness_threshold 0.1 -> bounded async (the async modes own the fractional reading)
+    ("verl/experimental/fully_async_policy/shell/dapo_7b_math_fsdp2_8_8.sh", "Qwen2.5-Math-7B", (2, 8), "GRPO", "none",
+     (512, 16, 2048, 8192), 16, ("disaggregated", 8), ("async", 1), (1, 8), (8, 1, 1, 1, 1, 1, 20480), False),
+    # OpenRLHF 0.9.1: separate groups of 2 GPUs (ref with actor, reward with critic) + 2 engines
+    # of tp 2 = 8 GPUs on one node (num_gpus_per_node is each group's share, not the node size)
+    ("openrlhf/v0.9.1/train_ppo_llama_ray.sh", "Llama-3-8B", (1, 8), "PPO", None,
+     (1024, 1, 1024, 1024), 8, ("hybrid", None), ("sync", 0), (2, 2), (2, 1, 1, 1, 1, 16, None), False),
+    # OpenRLHF HEAD dotted flags: --train.colocate_all, --vllm.enable_sleep, --ds.enable_sleep,
+    # dynamic batch with 16384 tokens, --data.max_len 2048 (prompt + response)
+    ("openrlhf/head/train_ppo_ray_hybrid_engine.sh", "Llama-3-8B", (1, 8), "PPO", None,
+     (1024, 1, 1024, 1024), 8, ("colocated", None), ("sync", 0), (2, 4), (8, 1, 1, 1, 1, 1, 16384), True),
+    # --async_train with the default queue of 1: one-step off-policy; --use_kl_loss: k3 in the loss
+    ("openrlhf/v0.9.1/train_reinforce_baseline_llama_ray_async.sh", "Llama-3-8B", (1, 8), "REINFORCE++", "k3_loss",
+     (128, 8, 1024, 1024), 8, ("hybrid", None), ("one_step_off", 0), (1, 2), (4, 1, 1, 1, 1, 8, None), False),
+    # GRPO (group_norm) colocated with sleep on both engines
+    ("openrlhf/v0.9.1/train_grpo_ray_hybrid_engine.sh", "Llama-3-8B", (1, 8), "GRPO", None,
+     (128, 8, 1024, 1024), 8, ("colocated", None), ("sync", 0), (2, 4), (8, 1, 1, 1, 1, 8, None), True),
+]
+
+
+@pytest.mark.parametrize("row", HAND_CHECKED, ids=[r[0].rsplit("/", 1)[-1] for r in HAND_CHECKED])
+def test_hand_checked_mappings(row: tuple) -> None:  # type: ignore[type-arg]
+    from rlperf.scenario import resolve_workload
+
+    rel, model, cluster, algo, kl, work, minibatches, placement, mode, engine, actor, offload = row
+    spec, _ = imported(rel)
+    assert spec.model == model
+    assert (spec.cluster.num_nodes, spec.cluster.gpus_per_node) == cluster
+    assert (spec.algorithm.name, spec.algorithm.kl, spec.algorithm.minibatches) == (algo, kl, minibatches)
+    w = resolve_workload(spec.workload)
+    assert (w.prompts_per_step, w.group_size, w.max_prompt_tokens, w.max_response_tokens) == work
+    p = spec.plan
+    assert (p.placement.kind, p.placement.rollout_gpus) == placement
+    assert (p.mode.kind, p.mode.staleness) == mode
+    assert (p.rollout.tp, p.rollout.replicas) == engine
+    a = p.layouts["actor"]
+    assert (a.dp, a.tp, a.pp, a.cp, a.ep, a.micro_batch_size, a.max_tokens_per_microbatch) == actor
+    assert p.offload_between_phases == offload
+
+
+def test_switches_read_from_the_scripts() -> None:
+    """Details of the hand-checked scripts that the table above does not hold."""
+    spec, rep = imported("verl/examples/grpo_trainer/run_qwen2_5-3b_gsm8k_grpo_lora.sh")
+    unsupported = {n.key for n in rep.unsupported}
+    assert "actor_rollout_ref.model.lora_rank" in unsupported  # named, never silently costed
+    assert spec.plan.layouts["ref"].offload_params  # ref.fsdp_config.param_offload=True
+    spec, _ = imported("verl/examples/grpo_trainer/run_qwen3-235b_megatron_96gb.sh")
+    actor = spec.plan.layouts["actor"]
+    assert (actor.etp, actor.backend, actor.sequence_parallel, actor.forward_max_tokens_per_microbatch) == (1, "megatron", True, 11680)
+    spec, rep = imported("verl/experimental/fully_async_policy/shell/dapo_7b_math_fsdp2_8_8.sh")
+    assert "async_training.partial_rollout" in {n.key for n in rep.unsupported}
+    assert "actor_rollout_ref.actor.fsdp_config.fsdp_size" in {n.key for n in rep.unsupported}
+    spec, _ = imported("openrlhf/v0.9.1/train_ppo_llama_ray.sh")
+    assert dict(spec.plan.placement.assign)["reward_model"] == "critic"  # --colocate_critic_reward
+    assert spec.plan.layouts["actor"].offload_optimizer  # --adam_offload
+
+
+# ---------------------------------------------------------------------- round trips
+@pytest.mark.parametrize("rel", [f for f in corpus_files() if f.endswith(".sh") and not f.endswith(VISION)])
+def test_export_reimports_unchanged(rel: str, tmp_path: Path) -> None:
+    """import -> export -> the export as a shell script -> import gives the same scenario."""
+    from rlperf.frameworks import export_openrlhf, export_verl
+
+    try:
+        spec, _ = imported(rel)
+    except SpecError:
+        pytest.skip("not importable (see the rate test)")
+    kind = _kind(rel)
+    exported = (export_verl if kind == "verl" else export_openrlhf)(spec)
+    script = tmp_path / "run.sh"
+    script.write_text("#!/usr/bin/env bash\nset -x\n" + exported.command_line() + "\n")
+    if shutil.which("bash"):  # a valid shell script
+        subprocess.run(["bash", "-n", str(script)], check=True, timeout=10)
+    again, report = load_framework_config(kind, script)
+    assert again == spec
+    assert not report.warnings and not report.unknown

@@ -56,7 +56,10 @@ def test_grpo_fsdp_colocated_field_by_field() -> None:
     # it does not turn on plan-wide offload (the actor's switches are false)
     assert ref.offload_params and not actor.offload_params and not p.offload_between_phases
     assert keys(rep.unknown) == {"trainer.my_custom_flag"}
-    assert "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu" in keys(rep.unsupported)
+    # old-policy log-probs follow the actor's dynamic batching (log_prob_use_dynamic_bsz defaults
+    # to it): the fixed log-prob micro-batch is read and unused
+    assert "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu" in keys(rep.mapped)
+    assert actor.forward_micro_batch_size is None and actor.forward_max_tokens_per_microbatch is None
     ignored = {n.key: n.note for n in rep.ignored}
     assert "optimizer" in ignored["actor_rollout_ref.actor.optim.lr"]
     assert "trainer.logger" in ignored and "data.train_files" in ignored
@@ -78,7 +81,9 @@ def test_ppo_megatron_with_critic_and_reward_model() -> None:
     assert (rm.zero_stage, rm.dp, rm.micro_batch_size) == (3, 32, 4)
     assert p.offload_between_phases
     assert (p.rollout.tp, p.rollout.replicas) == (4, 8)
-    assert "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method" in keys(rep.unsupported)
+    # uniform recompute of 1-layer chunks is every layer: what "full" costs
+    assert "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method" in keys(rep.ignored)
+    assert p.layouts["actor"].forward_micro_batch_size == 2 and p.layouts["actor"].backend == "megatron"
     assert not rep.unknown
 
 

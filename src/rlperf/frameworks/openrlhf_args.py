@@ -237,6 +237,8 @@ DOTTED: dict[str, str] = {
     "algo.dynamic_filtering_range": "dynamic_filtering_reward_range",
     "actor.freeze_visual_encoder": "freeze_visual_encoder",
 }
+# Defaults that changed with the dotted flags (a command line that uses them gets these).
+DOTTED_DEFAULTS: dict[str, Any] = {"micro_train_batch_size": 1, "max_len": 2048}
 # Prefixes of dotted flags defined outside train_ppo_ray's own parser (optimizer groups).
 DOTTED_IGNORED_PREFIXES = {
     "actor.adam.": "optimizer hyperparameter (" + _NO_PERF + ")",

@@ -37,7 +37,15 @@ from rlperf.algorithms import get_algorithm
 from rlperf.errors import SpecError
 from rlperf.algorithms.spec import KL
 from rlperf.frameworks.common import as_bool, as_float, as_int, build_spec, catalog_model, generic_workload, kl_setting
-from rlperf.frameworks.openrlhf_args import DOTTED, DOTTED_IGNORED_PREFIXES, ESTIMATORS, IGNORED, READ, UNSUPPORTED
+from rlperf.frameworks.openrlhf_args import (
+    DOTTED,
+    DOTTED_DEFAULTS,
+    DOTTED_IGNORED_PREFIXES,
+    ESTIMATORS,
+    IGNORED,
+    READ,
+    UNSUPPORTED,
+)
 from rlperf.frameworks.report import ImportReport, KeyNote, Recorder, fmt_value
 from rlperf.scenario import ScenarioSpec
 
@@ -115,7 +123,8 @@ def import_openrlhf(
     spelled: dict[str, str] = {}
     values = parse_args(split_args(args) + list(extra), spelled)
     rec = Recorder("OpenRLHF", f"{len(values)} arguments", model_config)
-    spec, report = _Importer(values, rec, gpu, mean_response_tokens).run()
+    defaults = {**READ, **DOTTED_DEFAULTS} if spelled else READ
+    spec, report = _Importer(values, rec, gpu, mean_response_tokens, defaults).run()
     return spec, respell(report, spelled)
 
 
@@ -138,7 +147,8 @@ def respell(report: ImportReport, spelled: Mapping[str, str]) -> ImportReport:
 
 
 class _Importer:
-    def __init__(self, values: dict[str, Any], rec: Recorder, gpu: str, mean: float | None) -> None:
+    def __init__(self, values: dict[str, Any], rec: Recorder, gpu: str, mean: float | None, defaults: dict[str, Any] = READ) -> None:
+        self.defaults = defaults
         self.values = values
         self.rec = rec
         self.gpu = gpu
@@ -146,7 +156,7 @@ class _Importer:
         self.has_ref = False
 
     def raw(self, name: str, note: str = "") -> Any:
-        default = READ[name]
+        default = self.defaults[name]
         if name in self.values:
             value = self.values[name]
             if note:
@@ -280,8 +290,8 @@ class _Importer:
         """Prompt and response caps. Without ``--prompt_max_len``, a ``--max_len`` (the dotted
         ``--data.max_len``) is the whole context: the prompt cap is what the response cap
         (``--generate_max_len`` / ``--rollout.max_new_tokens``) leaves of it."""
-        if "max_len" in self.values and "prompt_max_len" not in self.values:
-            total = as_int("--max_len", self.values["max_len"])
+        if self.defaults["max_len"] is not None or ("max_len" in self.values and "prompt_max_len" not in self.values):
+            total = as_int("--max_len", self.raw("max_len"))
             if "generate_max_len" in self.values:
                 response = self.int_("generate_max_len", "response cap")
             else:

@@ -33,8 +33,16 @@ from rlperf.specs.plan import Plan
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
 MAIN = ("python3", "-m", "verl.trainer.main_ppo")
-ONE_STEP = ("python3", "-m", "recipe.one_step_off_policy.main_ppo")
-FULLY_ASYNC = ("python3", "-m", "recipe.fully_async_policy.fully_async_main")
+# verl's current entry points (verl/experimental since the recipes left the main tree, 2025).
+ONE_STEP = ("python3", "-m", "verl.experimental.one_step_off_policy.main_ppo")
+FULLY_ASYNC = ("python3", "-m", "verl.experimental.fully_async_policy.fully_async_main")
+# The config each entry point loads when its roles run on Megatron (verl picks the backend's
+# defaults by config name: ppo_megatron_trainer.yaml and the recipes' *_megatron_trainer.yaml).
+MEGATRON_CONFIG = {
+    "verl.trainer.main_ppo": "ppo_megatron_trainer",
+    "verl.experimental.one_step_off_policy.main_ppo": "one_step_off_ppo_megatron_trainer",
+    "verl.experimental.fully_async_policy.fully_async_main": "fully_async_ppo_megatron_trainer",
+}
 
 
 class _Out:
@@ -66,6 +74,8 @@ def export_verl(scenario: ScenarioSpec | Scenario) -> ExportResult:
     _offload(spec.plan, roles, out)
     _engine(spec.plan, out)
     out.missing.extend(workload_notes(spec, "verl"))
+    if any(_strategy(spec.plan.layout_for(r)) == "megatron" for r in roles):
+        prefix = (*prefix, f"--config-name={MEGATRON_CONFIG[prefix[-1]]}")
     return ExportResult("verl", tuple(out.args), tuple(out.missing), prefix, tuple(out.notes))
 
 
@@ -228,6 +238,7 @@ def _layout(role: str, lay: TrainLayout, out: _Out) -> None:
     if lay.max_tokens_per_microbatch is not None:
         out.set(f"{base}.{tok_k}", lay.max_tokens_per_microbatch)
     out.set(f"{base}.{micro_k}", lay.micro_batch_size)
+    _forward_micro(role, lay, out)
     # actor, reference (and rollout) share actor_rollout_ref.model; the actor's setting is written.
     if role != "ref":
         out.set(f"{ROLE_MODEL[role]}.use_remove_padding", lay.packing)
@@ -246,6 +257,8 @@ def _megatron(role: str, lay: TrainLayout, out: _Out) -> None:
     out.set(f"{m}.virtual_pipeline_model_parallel_size", lay.virtual_stages if lay.virtual_stages > 1 else None)
     out.set(f"{m}.context_parallel_size", lay.cp)
     out.set(f"{m}.expert_model_parallel_size", lay.ep)
+    if lay.etp is not None:
+        out.set(f"{m}.expert_tensor_parallel_size", lay.etp)
     out.set(f"{m}.sequence_parallel", lay.sequence_parallel)
     out.set(f"{m}.use_distributed_optimizer", lay.zero_stage >= 1)
     if lay.zero_stage >= 2:
@@ -256,6 +269,29 @@ def _megatron(role: str, lay: TrainLayout, out: _Out) -> None:
         out.missing.append(f"{role}: GPipe schedule (Megatron runs 1F1B)")
     if role in TRAINED and (lay.offload_params or lay.offload_optimizer):
         out.missing.append(f"{role}: CPU offload during training with Megatron")
+
+
+def _forward_micro(role: str, lay: TrainLayout, out: _Out) -> None:
+    """The forward-only passes' micro-batching of a trained role, where it differs from training
+    (the actor's old-policy log-probs: ``rollout.log_prob_*``; the critic's values: ``forward_*``)."""
+    keys = {
+        "actor": (f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", f"{ROLLOUT}.log_prob_use_dynamic_bsz", f"{ROLLOUT}.log_prob_max_token_len_per_gpu"),
+        "critic": ("critic.forward_micro_batch_size_per_gpu", None, "critic.forward_max_token_len_per_gpu"),
+    }.get(role)
+    if keys is None:
+        return
+    micro_k, dyn_k, tok_k = keys
+    dynamic = lay.max_tokens_per_microbatch is not None
+    if lay.forward_max_tokens_per_microbatch is not None:
+        if not dynamic and dyn_k is None:
+            out.missing.append(f"{role}: a forward token budget with fixed training micro-batches (verl's critic shares use_dynamic_bsz)")
+        if dyn_k is not None:
+            out.set(dyn_k, True)
+        out.set(tok_k, lay.forward_max_tokens_per_microbatch)
+    if lay.forward_micro_batch_size is not None:
+        if dyn_k is not None and lay.forward_max_tokens_per_microbatch is None:
+            out.set(dyn_k, False)
+        out.set(micro_k, lay.forward_micro_batch_size)
 
 
 def _recompute(role: str, lay: TrainLayout, strategy: str, out: _Out) -> None:

@@ -110,6 +110,7 @@ def import_verl(
 class _Importer:
     def __init__(self, r: KeyReader, gpu: str, mean_response_tokens: float | None, recipe: str | None = None) -> None:
         self.recipe_hint = recipe
+        self.recipe = "main"
         self.r = r
         self.rec = r.rec
         self.gpu = gpu
@@ -126,7 +127,7 @@ class _Importer:
 
     # ------------------------------------------------------------------ top level
     def run(self) -> tuple[ScenarioSpec, ImportReport]:
-        recipe = self._recipe()
+        recipe = self.recipe = self._recipe()
         model = catalog_model("actor_rollout_ref.model.path", self._required("actor_rollout_ref.model.path"), self.rec)
         algorithm = self._algorithm(model)
         roles = self._roles(algorithm["name"], algorithm.get("kl"), algorithm["reward"]["kind"] == "model")
@@ -378,7 +379,9 @@ class _Importer:
             if not self.r.has(k):
                 continue
             on = as_bool(k, self.r.get(k, None))
-            if role in ("actor", "critic"):
+            if role in ("actor", "critic") and on and self.recipe != "main":
+                self.rec.unsupported_key(k, on, "a separate training pool has no other phase to offload for: rlperf keeps the states on GPU (the host round trip is not charged)")
+            elif role in ("actor", "critic"):
                 self.offload |= on
                 self.rec.map(k, on, "offload_between_phases" if on else "states stay on GPU")
             elif which == "param_offload":
@@ -407,6 +410,8 @@ class _Importer:
             "cp": as_int(f"{m}.context_parallel_size", vals["context_parallel_size"]),
             "cp_kind": "ring",
             "ep": as_int(f"{m}.expert_model_parallel_size", vals["expert_model_parallel_size"]),
+            "etp": None if vals["expert_tensor_parallel_size"] is None else as_int(f"{m}.expert_tensor_parallel_size", vals["expert_tensor_parallel_size"]),
+            "backend": "megatron",
             "sequence_parallel": as_bool(f"{m}.sequence_parallel", vals["sequence_parallel"]),
             "zero_stage": 1 if as_bool(f"{m}.use_distributed_optimizer", vals["use_distributed_optimizer"]) else 0,
         }
@@ -442,6 +447,40 @@ class _Importer:
         else:
             self.rec.map(micro_k, micro, f"{role} micro_batch_size")
         out["micro_batch_size"] = as_int(micro_k, micro)
+        out.update(self._forward_micro(role, dyn))
+        return out
+
+    def _forward_micro(self, role: str, train_dyn: bool) -> dict[str, Any]:
+        """How a trained role cuts its forward-only passes (the actor's old-policy log-probs,
+        the critic's values): verl's ``rollout.log_prob_*`` and ``critic.forward_*`` keys, which
+        default to the training settings (``oc.select``)."""
+        keys = {
+            "actor": (f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", f"{ROLLOUT}.log_prob_use_dynamic_bsz", f"{ROLLOUT}.log_prob_max_token_len_per_gpu"),
+            "critic": ("critic.forward_micro_batch_size_per_gpu", "critic.use_dynamic_bsz", "critic.forward_max_token_len_per_gpu"),
+        }.get(role)
+        if keys is None:
+            return {}
+        micro_k, dyn_k, tok_k = keys
+        out: dict[str, Any] = {}
+        dyn = as_bool(dyn_k, self.r.flat.get(dyn_k, train_dyn))
+        if role == "actor" and self.r.has(dyn_k):
+            self.r.touch(dyn_k)
+            self.rec.map(dyn_k, dyn, "old-policy log-prob dynamic batching" if dyn else "old-policy log-probs in fixed micro-batches")
+        if dyn and self.r.has(tok_k):
+            out["forward_max_tokens_per_microbatch"] = as_int(tok_k, self.r.get(tok_k, None))
+            self.rec.map(tok_k, out["forward_max_tokens_per_microbatch"], f"{role} forward_max_tokens_per_microbatch")
+        elif self.r.has(tok_k):
+            self.r.touch(tok_k)
+            self.rec.map(tok_k, self.r.flat[tok_k], "unused (fixed micro-batches)")
+        if self.r.has(micro_k) and self.r.flat[micro_k] is not None:
+            value = as_int(micro_k, self.r.get(micro_k, None))
+            if not dyn:
+                out["forward_micro_batch_size"] = value
+                self.rec.map(micro_k, value, f"{role} forward_micro_batch_size")
+            else:
+                self.rec.map(micro_k, value, "unused (dynamic batching)")
+        if dyn != train_dyn:
+            self.rec.assume(f"{role}: forward passes {'by token budget' if dyn else 'in fixed micro-batches'} while training is not; costed with the forward settings where given")
         return out
 
     def _fallback(self, key: str | None, default: Any) -> Any:

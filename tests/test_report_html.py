@@ -30,7 +30,11 @@ import pytest
 
 pytest.importorskip("plotly")
 
+from rlperf.accuracy import step_interval
 from rlperf.algorithms import get_algorithm
+from rlperf.api import PlanAnswer
+from rlperf.frameworks import export_verl
+from rlperf.plan.memory_breakdown import concrete_plan, memory_breakdown
 from rlperf.plan.explain import Explanation, WhatIf, bottlenecks
 from rlperf.plan.search import PlanEvaluation, PlanSearchResult, _pareto
 from rlperf.plan.space import Rejected
@@ -40,6 +44,7 @@ from rlperf.sim.kernel import Segment
 from rlperf.sim.result import SimResult
 from rlperf.sim.simulate import SimConfig, simulate
 from rlperf.specs.plan import ExecutionMode, Placement, Plan
+from rlperf.specs.response_lengths import choose_response_lengths
 from tests.helpers.toy_costs import ToyCosts, toy_sampler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +57,7 @@ WIDTH, HEIGHT = 1400, 3000
 
 def _scenario() -> Scenario:
     return load_scenario({
-        "name": "toy-grpo", "model": "Qwen2.5-7B", "cluster": {"gpu": "H100", "num_nodes": 1, "gpus_per_node": 8},
+        "name": "toy-grpo", "model": "Qwen3-8B", "cluster": {"gpu": "H100", "num_nodes": 1, "gpus_per_node": 8},
         "workload": {"preset": "deepscaler-8k", "prompts_per_step": 16, "group_size": 4},
     })
 
@@ -79,6 +84,7 @@ def build_results(sc: Scenario) -> tuple[PlanSearchResult, Explanation]:
     ]
     evals = [PlanEvaluation(label, plan, gpus, None, _sim(plan, gpus, price), src) for label, plan, gpus, src in plans]
     evals.append(PlanEvaluation("colocated | gen tp8 | infeasible", Plan(), 8, None, None, "search", error="out of memory"))
+    evals.append(PlanEvaluation("framework default: hybrid", Plan(), 8, None, None, "baseline", error="actor memory 120 GB > 80 GB"))
     ok = sorted((e for e in evals if e.sim is not None), key=lambda e: (e.step_time_s, e.label))
     user = next(e for e in evals if e.source == "user")
     rejected = tuple(Rejected(f"8 GPUs | colocated | gen tp{t} | train tp{t} pp1 cp1 mb16k | sync",
@@ -101,13 +107,29 @@ def build_results(sc: Scenario) -> tuple[PlanSearchResult, Explanation]:
     return res, Explanation(bottlenecks(user.sim), lb, user.step_time_s / lb, what_ifs)
 
 
+def answer_of(sc: Scenario, res: PlanSearchResult, explanation: Explanation) -> PlanAnswer:
+    """The answer the API would give around the hand-built search result."""
+    best = res.best
+    choice = choose_response_lengths(sc.workload.max_response_tokens)
+    return PlanAnswer(
+        question=sc, lengths=choice, search=res, best_plan=concrete_plan(best.plan, best.num_gpus),
+        interval=step_interval(best.step_time_s, "assumed"), memory=memory_breakdown(sc, best.plan, best.num_gpus),
+        user_memory=memory_breakdown(sc, sc.plan, sc.cluster.num_gpus), explanation=explanation, run=None, sweep=(),
+        framework="verl", launch=export_verl(sc.with_plan(best.plan)),
+    )
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PlanSearchResult]:
     sc = _scenario()
     res, explanation = build_results(sc)
-    path = write_report(tmp_path_factory.mktemp("report"), sc, res, explanation)
+    path = write_report(tmp_path_factory.mktemp("report"), answer_of(sc, res, explanation))
     assert path.name == REPORT_NAME
     return path, res
+
+
+_TITLE = """JSON.stringify((() => { const h = document.querySelector('h1'); const r = h.getBoundingClientRect();
+  return {text: h.innerText, top: r.top, bottom: r.bottom, visible: r.width > 0 && r.height > 0}; })())"""
 
 
 class _Refs(HTMLParser):
@@ -138,18 +160,24 @@ def test_report_is_one_self_contained_file(report: tuple[Path, PlanSearchResult]
     external = [(t, u) for t, u in refs.urls if re.match(r"^\s*(https?:)?//", u, re.I)]
     assert external == []
     assert not re.search(r"<script[^>]*\bsrc\s*=", text, re.I), "plotly.js must be inline"
-    assert "Plotly.newPlot" in text and len(text) > 1_000_000  # the plotly.js bundle is inside
+    assert "Plotly.newPlot" in text and len(text.encode()) < 1_500_000  # plotly.js inline once, the page small
     for fig in FIGURES:
         assert f'id="{fig}"' in text
-    for anchor in ("summary", "ranked", "timeline", "stages", "memory", "pareto", "workdepth", "explanation", "rejected"):
+    for anchor in ("summary", "ranked", "breakdown", "launch", "timeline", "stages", "memory", "pareto", "workdepth",
+                   "explanation", "rejected"):
         assert f'<section id="{anchor}">' in text
     # Text is escaped: the hostile label and reason appear only escaped.
     assert EVIL not in text
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in text
-    # Rejected plans: the first 50 rows and the count of all.
-    assert f"{len(res.rejected):,} candidates rejected; the first 50 shown." in text
+    # Rejected plans: one row per reason, with the count of all.
+    reasons = {r.reason for r in res.rejected}
+    assert f"{len(res.rejected):,} candidates rejected for {len(reasons)} reasons." in text
     section = text.split('<section id="rejected">', 1)[1].split("</section>", 1)[0]
-    assert section.count("<tr>") == 1 + 50
+    assert section.count("<tr>") == 1 + len(reasons)
+    # The title and the scenario row name the user's model and algorithm; labels are defined.
+    assert "<h1>rlperf plan: GRPO on Qwen3-8B, 1 x 8" in text and "mbNk: token budget" in text
+    # The infeasible baseline stays in the comparison, saying why.
+    assert "infeasible: actor memory 120 GB" in text.split('<section id="summary">', 1)[1].split("</section>", 1)[0]
 
 
 def test_timeline_keeps_pools_and_the_replicas_that_finish_last() -> None:
@@ -339,6 +367,7 @@ def test_report_renders_in_headless_chromium(report: tuple[Path, PlanSearchResul
                                                        "clip": {"x": 0, "y": 0, "width": WIDTH, "height": height, "scale": 1}},
                             session, timeout_s=30)
         top = browser.send("Page.captureScreenshot", {"format": "png"}, session)
+        title = json.loads(browser.evaluate(session, _TITLE))
         # The error check itself: a page that throws and logs an error must be caught.
         broken = tmp_path / "broken.html"
         broken.write_text("<!DOCTYPE html><script>console.error('rlperf: logged'); rlperf_undefined();</script>")
@@ -360,6 +389,9 @@ def test_report_renders_in_headless_chromium(report: tuple[Path, PlanSearchResul
     for f in figs.values():
         assert f["svg"] > 0 and f["marks"] > 0, f
     assert figs["fig-timeline"]["legend"] >= 4 and figs["fig-stages"]["legend"] >= 4
+    # The first screen's screenshot shows the title, and the title names the user's model and algorithm.
+    assert "Qwen3-8B" in title["text"] and "GRPO" in title["text"], title
+    assert title["visible"] and 0 <= title["top"] and title["bottom"] <= HEIGHT, title
     # (3) Screenshots: the whole page and the first screen, non-trivial PNGs, kept as artifacts.
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for name, b64 in (("plan-report-full.png", shot["data"]), ("plan-report.png", top["data"])):

@@ -5,3 +5,7 @@ runtime lives behind the ``runtime`` extra.
 """
 
 __version__ = "0.1.0"
+
+from rlperf.api import PlanAnswer, RunTotals, analyze, plan, simulate  # light: the API imports its machinery on call
+
+__all__ = ["PlanAnswer", "RunTotals", "__version__", "analyze", "plan", "simulate"]

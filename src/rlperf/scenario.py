@@ -181,7 +181,9 @@ def scenario_path(source: str | Path) -> Path:
         exists = True
     if not exists:
         shipped = Path(__file__).parent / "scenarios" / f"{source}.yaml"
-        if "/" in str(source) or not shipped.is_file():
+        if "/" in str(source) or str(source).endswith((".yaml", ".yml", ".json")):
+            raise SpecError("scenario", f"file not found: {source}", "an existing file, or a shipped example (rlperf scenarios)")
+        if not shipped.is_file():
             from rlperf.errors import unknown_name
 
             raise unknown_name("scenario", str(source), list_scenarios())

@@ -1,76 +1,22 @@
-"""`rlperf plan`: find the best way to run the RL step on a cluster (the main job)."""
+"""`rlperf plan`: find the best way to run the RL step on a cluster (the main job).
+
+Built on :func:`rlperf.api.plan`; this module only parses flags and prints the answer.
+"""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Any
 
 import typer
 
+from rlperf.api import DEFAULT_SCENARIO, PlanAnswer, RunTotals
 from rlperf.cli.app import app
-from rlperf.cli.render import console, fmt_bytes, fmt_s, table
+from rlperf.cli.render import console, fmt_bytes, fmt_s, progress_reporter, table
+from rlperf.plan.memory_breakdown import RoleMemory
+from rlperf.plan.search import PlanEvaluation, PlanSearchResult
 
-DEFAULT_SCENARIO = "grpo-qwen2.5-7b-colocated-sync"
-
-
-def build_scenario(
-    scenario: str | None,
-    model: str | None,
-    gpu: str | None,
-    nodes: int | None,
-    gpus_per_node: int | None,
-    algorithm: str | None,
-    workload: str | None,
-    prompts: int | None,
-    group_size: int | None,
-    max_response: int | None,
-    hardware_profile: Path | None,
-) -> Any:
-    """The scenario to plan: a file/example (default: the embedded one) with CLI overrides."""
-    from rlperf.scenario import load_scenario, read_scenario_data, scenario_path
-
-    path = scenario_path(scenario or DEFAULT_SCENARIO)
-    data = read_scenario_data(path)
-    if model:
-        data["model"] = model
-    cl = dict(data.get("cluster") or {})
-    if gpu:
-        cl["gpu"] = gpu
-    if nodes is not None:
-        cl["num_nodes"] = nodes
-    if gpus_per_node is not None:
-        cl["gpus_per_node"] = gpus_per_node
-    if hardware_profile:
-        cl["profile"] = str(hardware_profile)
-    data["cluster"] = cl
-    if algorithm:
-        data["algorithm"] = {**dict(data.get("algorithm") or {}), "name": algorithm, "minibatches": None}
-    wl = dict(data.get("workload") or {})
-    if workload:
-        wl = {"preset": workload}
-    if prompts is not None:
-        wl["prompts_per_step"] = prompts
-    if group_size is not None:
-        wl["group_size"] = group_size
-    if max_response is not None:
-        if "preset" in wl:
-            from rlperf.specs.workload_presets import load_workload_preset
-
-            w = load_workload_preset(str(wl.pop("preset")), **{k: v for k, v in wl.items()})
-            wl = w.model_dump(mode="json")
-        rl = dict(wl["response_length"])
-        if rl.get("kind") != "lognormal":
-            from rlperf.errors import SpecError
-
-            raise SpecError("--max-response", f"rescales log-normal response lengths; the workload's are {rl.get('kind')!r}",
-                            "a scenario whose workload sets the cap itself")
-        # Rescale the whole distribution (median x new cap / old cap): the shape, and so the share
-        # of responses truncated at the cap, stays the scenario's.
-        rl["median_tokens"] = float(rl["median_tokens"]) * max_response / float(rl["cap_tokens"])
-        rl["cap_tokens"] = max_response
-        wl["response_length"] = rl
-    data["workload"] = wl
-    return load_scenario(data)
+RANKED_ROWS = 8
 
 
 def check_plan_options(nodes: int | None, gpus_per_node: int | None, prompts: int | None, group_size: int | None,
@@ -102,7 +48,14 @@ def plan_cmd(
     workload: str = typer.Option(None, help="workload preset (see `rlperf workloads`)"),
     prompts: int = typer.Option(None, help="prompts per step"),
     group_size: int = typer.Option(None, help="responses per prompt"),
-    max_response: int = typer.Option(None, help="response length cap (tokens); rescales the length distribution to it"),
+    max_response: int = typer.Option(None, help="response length cap (tokens)"),
+    mean_response: float = typer.Option(None, help="mean response length in tokens, after truncation (default: cap/3)"),
+    median_response: float = typer.Option(None, help="median response length in tokens, before truncation"),
+    length_preset: str = typer.Option(None, help="response lengths of a published recipe (`rlperf workloads`)"),
+    lengths: str = typer.Option(None, help="length sweep: the best plan at these mean response lengths, e.g. 2k,5k,8k"),
+    steps: int = typer.Option(None, help="steps of the run: total hours, GPU-hours and cost"),
+    end_mean_response: float = typer.Option(None, help="with --steps: mean response length at the last step (linear growth)"),
+    framework: str = typer.Option(None, help="only plans this framework runs (verl, OpenRLHF, ...); prints its launch config"),
     objective: str = typer.Option("time", help="time | cost | throughput_per_gpu"),
     max_staleness: int = typer.Option(2, help="largest policy lag allowed (0 = on-policy only)"),
     top_k: int = typer.Option(3, help="plans per GPU count simulated after the fast estimate"),
@@ -119,18 +72,15 @@ def plan_cmd(
     hardware_profile: Path = typer.Option(None, "--hardware-profile", help="hardware profile file (e.g. from `rlperf calibrate`)"),
     force: bool = typer.Option(False, "--force", help="replace a report that exists"),
 ) -> None:
-    """Search placements, parallel layouts and execution modes; print the ranked plans."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+    """Search placements, parallel layouts and execution modes; print the best plan, its interval,
+    the run's totals, its memory and the framework config to launch it."""
+    from rlperf.api import plan
     from rlperf.errors import SpecError
     from rlperf.outputs import dumps_strict
-    from rlperf.plan.explain import explain, simulate_plans
-    from rlperf.plan.search import local_mapper, ray_mapper, search
-    from rlperf.plan.serialize import search_json
-    from rlperf.plan.space import SearchOptions
+    from rlperf.plan.search import local_mapper, ray_mapper
+    from rlperf.plan.serialize import answer_json
+    from rlperf.specs.response_lengths import parse_token_count
 
-    if objective not in ("time", "cost", "throughput_per_gpu"):
-        raise SpecError("--objective", f"unknown {objective!r}", "time, cost, throughput_per_gpu")
     if executor not in ("local", "ray"):
         raise SpecError("--executor", f"unknown {executor!r}", "local, ray")
     check_plan_options(nodes, gpus_per_node, prompts, group_size, max_response, max_staleness, top_k, jobs)
@@ -139,117 +89,169 @@ def plan_cmd(
         from rlperf.report.html import REPORT_NAME
 
         claim([output_folder(report, "--report") / REPORT_NAME], force, "--report")
+    sweep = [parse_token_count(x, "--lengths") for x in lengths.split(",")] if lengths else []
     import_report = None
+    resolved = None
     if from_kind:
         if not config:
             raise SpecError("--from", "needs the framework config as an argument")
+        from rlperf.cli.frameworks_cmd import parse_env
         from rlperf.frameworks import load_framework_config
         from rlperf.scenario import resolve
+        from rlperf.specs.response_lengths import LengthChoice
 
-        from rlperf.cli.frameworks_cmd import parse_env
-
-        spec, import_report = load_framework_config(from_kind, config, list(override or []), env=parse_env(set_ or []), model_config=model_config)
+        spec, import_report = load_framework_config(from_kind, config, list(override or []), env=parse_env(set_ or []),
+                                                    model_config=model_config)
         sc = resolve(spec)
-    else:
-        sc = build_scenario(scenario, model, gpu, nodes, gpus_per_node, algorithm, workload, prompts,
-                            group_size, max_response, hardware_profile)
-    opts = SearchOptions(max_staleness=max_staleness, top_k=top_k, objective=objective)
+        resolved = (sc, LengthChoice(sc.workload.response_length, f"{from_kind} import: " + "; ".join(
+            a for a in import_report.assumptions if "response" in a) or f"{from_kind} import"))
     mapper = ray_mapper() if executor == "ray" else local_mapper(jobs or None)
+    with progress_reporter(console) as progress:
+        ans = plan(scenario, end_mean_response=end_mean_response, steps=steps, lengths=sweep, framework=framework,
+                   objective=objective, max_staleness=max_staleness, top_k=top_k, resolved=resolved, mapper=mapper,
+                   progress=progress, model=model, gpu=gpu, nodes=nodes, gpus_per_node=gpus_per_node,
+                   algorithm=algorithm, workload=workload, prompts=prompts, group_size=group_size,
+                   max_response=max_response, mean_response=mean_response, median_response=median_response,
+                   length_preset=length_preset, hardware_profile=hardware_profile)
     if as_json:
-        res = search(sc, opts, mapper)
-    else:
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=console, transient=True) as bar:
-            task = bar.add_task("planning", total=1)
-
-            def progress(what: str, done: int, total: int) -> None:
-                bar.update(task, description=what, completed=done, total=max(total, 1))
-
-            res = search(sc, opts, mapper, progress)
-    explanation = None
-    target = res.user if (res.user is not None and res.user.sim is not None) else res.best
-    if target.sim is not None:
-        explanation = explain(sc.with_plan(target.plan) if target.num_gpus == sc.cluster.num_gpus else sc,
-                              target.sim, lambda items: simulate_plans(items, mapper))
-    if as_json:
-        out = search_json(res, explanation)
+        out = answer_json(ans)
         if import_report is not None:
             out["import_report"] = import_report.lines()
         typer.echo(dumps_strict(out, indent=1))
     else:
-        render_search(res, explanation, sc)
+        render_answer(ans)
         if import_report is not None:
             console.print("[bold]import report[/] (how your config was read):")
             for line in import_report.lines():
                 console.print(f"  {line}", markup=False)
         if explain_:
-            render_rejected(res)
+            render_rejected(ans.search)
     if report is not None:
         from rlperf.report.html import write_report
 
-        path = write_report(report, sc, res, explanation)
+        path = write_report(report, ans)
         if not as_json:
             console.print(f"report: {path}")
 
 
-def render_search(res: Any, explanation: Any, sc: Any) -> None:
+def render_answer(ans: PlanAnswer) -> None:
+    sc, res, b = ans.question, ans.search, ans.best
     wl = sc.workload
+    fw = f", plans {ans.framework} runs" if ans.framework else ""
     console.print(
         f"[bold]{sc.algorithm.name}[/] on [bold]{sc.models['actor'].name}[/], {sc.cluster.num_nodes}x{sc.cluster.gpus_per_node} "
-        f"{sc.cluster.accelerator.id}, {wl.prompts_per_step} prompts x {wl.group_size}, max response {wl.max_response_tokens:,}"
+        f"{sc.cluster.accelerator.id}, {wl.prompts_per_step} prompts x {wl.group_size}, max response {wl.max_response_tokens:,}{fw}"
     )
+    console.print(ans.lengths.describe(), markup=False, highlight=False)
+    render_ranked(res)
+    iv = ans.interval
+    rng = f" (range {fmt_s(iv.low_s)} - {fmt_s(iv.high_s)})" if not math.isnan(iv.low_s) else ""
+    cost = f", ${b.cost_usd_per_step:,.2f}/step" if b.cost_usd_per_step is not None else ""
+    console.print(f"[bold green]best:[/] {b.label} on {b.num_gpus} GPUs: {fmt_s(b.step_time_s)} per step{rng}{cost}")
+    console.print(f"  [dim]range: {iv.basis()}[/]")
+    for other in [*res.baselines, *([res.user] if res.user else [])]:
+        who = "your plan" if other.source == "user" else other.label
+        if other.sim is None:
+            console.print(f"  vs {who}: infeasible: {other.error}", markup=False, highlight=False)
+        else:
+            console.print(f"  vs {who}: {fmt_s(other.step_time_s)} ({other.step_time_s / b.step_time_s:.2f}x)")
+    if ans.run is not None:
+        render_run(ans.run)
+    if ans.sweep:
+        console.print("length sweep (best plan): " + ", ".join(
+            f"mean {p.mean_response_tokens:,.0f} -> {fmt_s(p.step_time_s)}"
+            + (f" ${p.cost_usd_per_step:,.2f}" if p.cost_usd_per_step is not None else "") for p in ans.sweep))
+    render_memory("memory per GPU of the best plan (peak micro-batch at the longest sequence)", ans.memory)
+    if ans.user_memory and res.user is not None and res.user.plan != b.plan:
+        render_memory("memory per GPU of your plan", ans.user_memory)
+    if ans.explanation is not None:
+        console.print(f"[bold]best plan:[/] {ans.explanation.headline()}")
+        w = table("what if (simulated, from the best plan)", "change", "step", "speedup", "staleness")
+        for x in ans.explanation.what_ifs[:3]:
+            w.add_row(x.change, fmt_s(x.step_time_s) if x.step_time_s != float("inf") else x.note[:60],
+                      f"{x.speedup:.2f}x", str(x.staleness))
+        console.print(w)
+    if ans.launch is not None:
+        console.print(f"[bold]launch with {ans.launch.framework}[/] (the best plan):")
+        console.print(compact_command(ans.launch.prefix, ans.launch.args), markup=False, highlight=False, soft_wrap=True)
+        for m in ans.launch.not_expressible:
+            console.print(f"  not expressible: {m}", markup=False, highlight=False)
+        for n in ans.launch.notes:
+            console.print(f"  note: {n}", markup=False, highlight=False)
+    elif ans.framework:
+        console.print(f"[dim]rlperf writes no {ans.framework} config (export: verl, openrlhf)[/]")
+    console.print(f"[dim]{res.considered} candidates, {len(res.rejected)} rejected, {res.elapsed_s:.1f} s; "
+                  + "; ".join(res.notes) + "[/]")
+
+
+def render_ranked(res: PlanSearchResult) -> None:
     t = table("ranked plans (simulated; step = time per step of B·G trained responses)", "#", "placement", "rollout",
               "training", "mode", "GPUs", "step", "est.", "tok/s/GPU", "$/step", "stale", "bound")
-    rows = sorted(list(res.evaluated) + list(res.baselines) + ([res.user] if res.user else []),
+    rows = sorted([e for e in (*res.evaluated, *res.baselines, *([res.user] if res.user else [])) if e.sim is not None],
                   key=lambda e: (e.step_time_s, e.label))
     seen: set[tuple[str, int]] = set()
     rank = 0
     for e in rows:
         key = (e.label, e.num_gpus)
-        if key in seen or e.sim is None:
+        if key in seen:
             continue
         seen.add(key)
         rank += 1
+        if rank > RANKED_ROWS and e.source == "search":
+            continue
+        assert e.sim is not None
         tag = {"baseline": " [dim](baseline)[/]", "user": " [cyan](yours)[/]"}.get(e.source, "")
         star = "[green]*[/] " if e is res.best else ""
         cost = f"{e.cost_usd_per_step:,.2f}" if e.cost_usd_per_step is not None else "-"
         est = fmt_s(e.estimate.step_time_s) if e.estimate else "-"
-        parts = e.label.split(" | ")
-        if len(parts) != 4:
-            parts = [e.label, _engine(e.plan), _layout(e.plan), _mode(e.plan)]
+        parts = plan_columns(e)
         t.add_row(str(rank), star + parts[0] + tag, parts[1], parts[2], parts[3], str(e.num_gpus), fmt_s(e.step_time_s), est,
                   f"{e.sim.tokens_per_s_per_gpu:,.0f}", cost, str(e.staleness), fmt_s(e.sim.bounds.lower_bound_s))
-        if rank >= 15:
-            break
     console.print(t)
-    b = res.best
-    console.print(f"[bold green]best:[/] {b.label} on {b.num_gpus} GPUs: {fmt_s(b.step_time_s)} per step")
-    for base in res.baselines:
-        if base.sim is not None:
-            console.print(f"  vs {base.label}: {fmt_s(base.step_time_s)} ({base.step_time_s / b.step_time_s:.2f}x slower)")
-    if res.user is not None and res.user.sim is not None:
-        console.print(f"  vs your plan: {fmt_s(res.user.step_time_s)} ({res.user.step_time_s / b.step_time_s:.2f}x)")
-    if b.sim is not None:
-        mem = table("memory per GPU of the best plan", "pool", "GPUs", "peak", "capacity")
-        for p in b.sim.pools:
-            mem.add_row(p.name, str(p.num_gpus), fmt_bytes(p.peak_memory_bytes), fmt_bytes(p.capacity_bytes))
-        console.print(mem)
-    if explanation is not None:
-        who = "your plan" if res.user is not None and res.user.sim is not None else "the best plan"
-        console.print(f"[bold]{who}:[/] {explanation.headline()}")
-        w = table("what if (simulated)", "change", "step", "speedup", "staleness")
-        for x in explanation.what_ifs[:8]:
-            w.add_row(x.change, fmt_s(x.step_time_s) if x.step_time_s != float("inf") else x.note[:60],
-                      f"{x.speedup:.2f}x", str(x.staleness))
-        console.print(w)
-    console.print(f"[dim]{res.considered} candidates, {len(res.rejected)} rejected, {res.elapsed_s:.1f} s; "
-                  + "; ".join(res.notes) + "[/]")
+    console.print("[dim]mbNk: token budget per training micro-batch (N x 1024 tokens); est.: the fast estimate "
+                  "that ranked the candidates; bound: work-depth lower bound of the step[/]")
 
 
-def render_rejected(res: Any) -> None:
-    t = table("rejected plans (reason)", "plan", "reason")
-    for r in res.rejected[:60]:
-        t.add_row(r.label, r.reason)
+def render_run(run: RunTotals) -> None:
+    iv = run.interval
+    cost = f", ${run.cost_usd:,.0f}" if run.cost_usd is not None else ""
+    rng = f" (range {iv.low_s / 3600:,.1f} - {iv.high_s / 3600:,.1f} h)" if not math.isnan(iv.low_s) else ""
+    console.print(f"[bold]run of {run.steps} steps:[/] {fmt_s(run.total_s)}{rng}, {run.gpu_hours:,.1f} GPU-hours on "
+                  f"{run.num_gpus} GPUs{cost}")
+    if len(run.points) > 1:
+        console.print("  step time over the run: " + ", ".join(
+            f"step {p.step + 1} (mean {p.mean_response_tokens:,.0f}) {fmt_s(p.step_time_s)}" for p in run.points))
+
+
+MEMORY_COLUMNS = ("weights", "grads", "optimizer", "activations", "logits", "KV cache", "other", "device", "HBM", "host RAM")
+
+
+def memory_cells(r: RoleMemory) -> list[str]:
+    vals = (r.weights_bytes, r.grads_bytes, r.optimizer_bytes, r.activations_bytes, r.logits_bytes, r.kv_cache_bytes,
+            r.other_bytes, r.device_bytes, r.capacity_bytes, r.host_bytes)
+    return [fmt_bytes(v) if v else "-" for v in vals]
+
+
+def render_memory(title: str, rows: tuple[RoleMemory, ...]) -> None:
+    t = table(title, "role (pass)", "pool", *MEMORY_COLUMNS)
+    for r in rows:
+        cells = memory_cells(r)
+        if r.note:
+            cells = ["-"] * (len(cells) - 3) + ["does not fit", cells[-2], cells[-1]]
+        t.add_row(f"{r.role} ({r.work})", f"{r.pool} ({r.pool_gpus})", *cells)
+    console.print(t)
+    for r in rows:
+        if r.note:
+            console.print(f"  {r.role} ({r.work}): {r.note}", markup=False, highlight=False)
+
+
+def render_rejected(res: PlanSearchResult) -> None:
+    """Rejected candidates grouped by reason: one row per reason, with a count and an example."""
+    from rlperf.report.html import rejected_groups
+
+    t = table(f"rejected plans: {len(res.rejected)}, grouped by reason", "reason", "plans", "e.g.")
+    for reason, n, example in rejected_groups(res):
+        t.add_row(reason, str(n), example)
     console.print(t)
     if res.pruned:
         p = table("plans never simulated (branch and bound)", "plans", "why")
@@ -258,17 +260,30 @@ def render_rejected(res: Any) -> None:
         console.print(p)
 
 
-def _engine(plan: Any) -> str:
-    return f"gen tp{plan.rollout.tp}" + (f" ep{plan.rollout.ep}" if plan.rollout.ep > 1 else "")
-
-
-def _layout(plan: Any) -> str:
-    lay = plan.layouts["actor"]
+def plan_columns(e: PlanEvaluation) -> list[str]:
+    """placement | rollout | training | mode of a plan (its label when the search wrote one)."""
+    parts = e.label.split(" | ")
+    if len(parts) == 4:
+        return parts
+    p = e.plan
+    eng = f"gen tp{p.rollout.tp}" + (f" ep{p.rollout.ep}" if p.rollout.ep > 1 else "")
+    lay = p.layouts["actor"]
     mb = f" mb{lay.max_tokens_per_microbatch // 1024}k" if lay.max_tokens_per_microbatch else ""
-    return f"train tp{lay.tp} pp{lay.pp} cp{lay.cp}{mb}"
-
-
-def _mode(plan: Any) -> str:
-    m = plan.mode
-    return {"sync": "sync", "one_step_off": "one-step-off", "async": f"async s={m.staleness}",
+    m = p.mode
+    mode = {"sync": "sync", "one_step_off": "one-step-off", "async": f"async s={m.staleness}",
             "partial_rollout": f"partial {m.token_budget}"}[m.kind] + ("+fusion" if m.fusion else "")
+    return [e.label, eng, f"train tp{lay.tp} pp{lay.pp} cp{lay.cp}{mb}", mode]
+
+
+def compact_command(prefix: tuple[str, ...], args: tuple[str, ...], width: int = 150) -> str:
+    """One shell command, arguments packed into lines of at most ``width`` characters."""
+    import shlex
+
+    lines: list[str] = [" ".join(prefix)]
+    for arg in args:
+        word = shlex.quote(arg)
+        if len(lines[-1]) + 1 + len(word) > width and lines[-1]:
+            lines.append(word)
+        else:
+            lines[-1] = f"{lines[-1]} {word}" if lines[-1] else word
+    return " \\\n  ".join(lines)

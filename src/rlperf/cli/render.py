@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from rich.console import Console
 from rich.table import Table
@@ -47,3 +50,30 @@ def table(title: str, *columns: str) -> Table:
     for i, c in enumerate(columns):
         t.add_column(c, justify="left" if i == 0 else "right")
     return t
+
+
+@contextmanager
+def progress_reporter(con: Console) -> Iterator[Callable[[str, int, int], None]]:
+    """The one progress display of long commands: a transient bar on a terminal; on a pipe,
+    one line per phase on stderr (so a piped run is never silent for minutes)."""
+    if not con.is_terminal:
+        t0 = time.perf_counter()
+        last: list[str] = []
+
+        def plain(what: str, done: int, total: int) -> None:
+            if not last or last[-1] != what:
+                last.append(what)
+                print(f"[{time.perf_counter() - t0:6.1f} s] {what}", file=sys.stderr, flush=True)
+
+        yield plain
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=con, transient=True) as bar:
+        task = bar.add_task("planning", total=1)
+
+        def update(what: str, done: int, total: int) -> None:
+            bar.update(task, description=what, completed=done, total=max(total, 1))
+
+        yield update

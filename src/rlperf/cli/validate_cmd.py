@@ -107,6 +107,7 @@ def validate_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON instead of tables"),
     jobs: int = typer.Option(0, "--jobs", help="worker processes (0: one per CPU core)"),
     train_csv: Path | None = typer.Option(None, "--train-csv", help="score the training-step model against this file of measured iterations instead (vTrain's columns; see `rlperf validate-train`)"),
+    errors_out: Path | None = typer.Option(None, "--errors-out", help="write the step-time cases as data for the plan's prediction intervals (src/rlperf/data/step_time_errors.yaml)"),
 ) -> None:
     """Compare predictions with published measurements: per case and summarized by metric kind."""
     if train_csv is not None:
@@ -123,6 +124,14 @@ def validate_cmd(
     prof = str(profile) if profile is not None else None
     report = validate(cf, jobs=n_jobs, profile_path=prof)
     payload: dict[str, object] = {"uncalibrated" if prof is None else "profile": report.to_dict()}
+    if errors_out is not None:
+        import subprocess
+
+        from rlperf.accuracy import errors_document
+
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent).stdout.strip() or "unknown"
+        errors_out.write_text(errors_document(report.to_dict(), commit))
     fitted = None
     if calibrate:
         from rlperf.calibration import as_scale, describe, fit, write_profile

@@ -59,6 +59,7 @@ def verl() -> FrameworkPreset:
             assumed=("dynamic batching on (use_dynamic_bsz defaults off, but then ppo_micro_batch_size_per_gpu has no default)",),
         ),
         sources=("verl-readme", "verl-async", "hf-async"),
+        zero3_with_model_parallel=False,
     )
 
 

@@ -124,6 +124,9 @@ class FrameworkPreset:
     sources: tuple[str, ...]
     """frameworks_overview.md §1 source tags of this framework's row."""
     aliases: tuple[str, ...] = ()
+    zero3_with_model_parallel: bool = True
+    """Whether ZeRO-3 combines with tp/pp/ep or ring attention (verl: no, its Megatron backend
+    shards only optimizer states; FSDP runs without model parallelism but Ulysses)."""
 
     def __post_init__(self) -> None:
         given = [s for s, _ in self.support]
@@ -137,6 +140,30 @@ class FrameworkPreset:
         from rlperf.frameworks.default_plan import why_not
 
         return why_not(self, spec)
+
+    def why_not_plan(self, plan: Plan) -> str | None:
+        """Why the framework cannot run ``plan``: the first strategy it uses (placement, mode,
+        fusion, training parallelism of any role) that the support matrix does not mark "yes";
+        None if it can. The planner's ``--framework`` filter (``SearchOptions.plan_filter``)."""
+        used: list[Strategy] = [plan.placement.kind, plan.mode.kind]
+        if plan.mode.fusion:
+            used.append("fusion")
+        for lay in plan.layouts.values():
+            flags: tuple[tuple[Strategy, bool], ...] = (
+                ("zero", lay.zero_stage > 0), ("tp", lay.tp > 1), ("pp", lay.pp > 1),
+                ("sp_ulysses", lay.cp > 1 and lay.cp_kind == "ulysses"), ("cp_ring", lay.cp > 1 and lay.cp_kind == "ring"),
+                ("ep", lay.ep > 1),
+            )
+            used += [s for s, on in flags if on]
+            model_parallel = lay.tp > 1 or lay.pp > 1 or lay.ep > 1 or (lay.cp > 1 and lay.cp_kind == "ring")
+            if lay.zero_stage == 3 and model_parallel and not self.zero3_with_model_parallel:
+                return f"{self.name} does not run ZeRO-3 with tp/pp/ep or ring attention (its Megatron backend shards only optimizer states)"
+        for strategy in dict.fromkeys(used):
+            sup = self.supports(strategy)
+            if sup.level != "yes":
+                why = f" ({sup.note})" if sup.note else ""
+                return f"{self.name} does not run {STRATEGY_TITLES[strategy]}: {sup.level}{why}"
+        return None
 
     def default_plan(self, spec: ScenarioSpec) -> Plan:
         """How the framework would run ``spec``'s workload on ``spec``'s cluster by default."""

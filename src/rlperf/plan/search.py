@@ -240,6 +240,10 @@ def search(
             if isinstance(c, Rejected):
                 rejected.append(c)
                 continue
+            why = opts.plan_filter.why_not_plan(c.plan) if opts.plan_filter is not None else None
+            if why is not None:
+                rejected.append(Rejected(f"{g} GPUs | {c.label}", why))
+                continue
             if c.staleness > opts.max_staleness:
                 continue
             try:
@@ -255,6 +259,8 @@ def search(
     # The first incumbent: the framework defaults on all GPUs, and the user's plan.
     items: list[tuple[Scenario, str, Plan, Estimate | None, str]] = []
     for c in framework_default_plans(sc):
+        if opts.plan_filter is not None and opts.plan_filter.why_not_plan(c.plan) is not None:
+            continue
         items.append((sc, c.label, c.plan, _try(ests[sc.cluster.num_gpus], c), "baseline"))
     if include_user_plan:
         user = Candidate(sc.plan, "your plan (scenario)")

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
 from rlperf.plan.explain import Explanation
+from rlperf.plan.memory_breakdown import RoleMemory, concrete_plan
 from rlperf.plan.search import PlanEvaluation, PlanSearchResult
+
+if TYPE_CHECKING:
+    from rlperf.api import PlanAnswer
 
 SCHEMA_VERSION = 1
 
@@ -20,6 +26,7 @@ def evaluation_json(e: PlanEvaluation) -> dict[str, Any]:
         "estimated_step_time_s": e.estimate.step_time_s if e.estimate else None,
         "cost_usd_per_step": e.cost_usd_per_step,
         "staleness": e.staleness,
+        "staleness_bound": e.plan.mode.effective_staleness,
         "tokens_per_s_per_gpu": sim.tokens_per_s_per_gpu if sim else None,
         "lower_bound_s": sim.bounds.lower_bound_s if sim else None,
         "stages": [{"name": s.name, "pool": s.pool, "time_s": s.time_s} for s in sim.stages] if sim else [],
@@ -28,7 +35,7 @@ def evaluation_json(e: PlanEvaluation) -> dict[str, Any]:
              "peak_memory_bytes": p.peak_memory_bytes, "capacity_bytes": p.capacity_bytes}
             for p in sim.pools
         ] if sim else [],
-        "plan": e.plan.model_dump(mode="json"),
+        "plan": concrete_plan(e.plan, e.num_gpus).model_dump(mode="json"),
         "error": e.error,
     }
 
@@ -62,4 +69,39 @@ def search_json(res: PlanSearchResult, explanation: Explanation | None = None) -
                 for w in explanation.what_ifs
             ],
         }
+    return out
+
+
+def _num(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None
+
+
+def memory_json(rows: tuple[RoleMemory, ...]) -> list[dict[str, Any]]:
+    return [{**asdict(r), "device_bytes": r.device_bytes, "fits": r.fits} for r in rows]
+
+
+def answer_json(ans: PlanAnswer) -> dict[str, Any]:
+    """The search's JSON plus what the answer adds: lengths, interval, run, sweep, memory, launch."""
+    out = search_json(ans.search, ans.explanation)
+    iv = ans.interval
+    out["response_lengths"] = {"mean_tokens": ans.lengths.distribution.mean_tokens(),
+                               "median_tokens": ans.lengths.distribution.quantile(0.5),
+                               "cap_tokens": ans.lengths.distribution.cap_tokens,
+                               "fraction_at_cap": ans.lengths.distribution.fraction_at_cap(),
+                               "stated": ans.lengths.stated, "source": ans.lengths.source}
+    out["step_time_interval"] = {"predicted_s": iv.predicted_s, "low_s": _num(iv.low_s), "high_s": _num(iv.high_s),
+                                 "num_cases": iv.num_cases, "lengths": iv.lengths, "basis": iv.basis()}
+    run = ans.run
+    out["run"] = None if run is None else {
+        "steps": run.steps, "num_gpus": run.num_gpus, "total_s": run.total_s, "hours": run.hours,
+        "gpu_hours": run.gpu_hours, "cost_usd": run.cost_usd,
+        "total_low_s": _num(run.interval.low_s), "total_high_s": _num(run.interval.high_s),
+        "points": [asdict(p) for p in run.points], "step_times_s": list(run.step_times_s),
+    }
+    out["length_sweep"] = [asdict(p) for p in ans.sweep]
+    out["memory"] = {"best": memory_json(ans.memory), "user_plan": memory_json(ans.user_memory)}
+    out["framework"] = ans.framework
+    out["launch"] = None if ans.launch is None else {
+        "framework": ans.launch.framework, "command_line": ans.launch.command_line(), "args": list(ans.launch.args),
+        "not_expressible": list(ans.launch.not_expressible), "notes": list(ans.launch.notes)}
     return out

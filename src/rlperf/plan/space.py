@@ -22,12 +22,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from rlperf.errors import SpecError
 from rlperf.modes import GenerationRounds
 from rlperf.scenario import Scenario
 from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout, check_train_layout
 from rlperf.specs.plan import ExecutionMode, Placement, Plan, Pool
+
+
+class PlanFilter(Protocol):
+    """Restricts the space, e.g. to what one framework runs (``FrameworkPreset.why_not_plan``)."""
+
+    def why_not_plan(self, plan: Plan) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class SearchOptions:
     # not taken from the executor, so that every executor simulates the same plans.
     sim_batch: int = 4
     objective: str = "time"  # time | cost | throughput_per_gpu
+    plan_filter: PlanFilter | None = None  # candidates it refuses are rejected with its reason
 
 
 @dataclass(frozen=True)

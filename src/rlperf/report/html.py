@@ -1,4 +1,5 @@
-"""The planner's report: one self-contained HTML file (plotly.js inline, no network to open it).
+"""The planner's report: one self-contained HTML file (plotly.js inline once, no network to open it;
+the basic bundle of src/rlperf/report/vendor keeps the page near 1.3 MB instead of 5).
 
 Sections: the scenario and the best plan against the framework baselines and the user's plan;
 the ranked plans; a timeline of the best plan; the stage breakdown per plan; memory per pool
@@ -12,16 +13,22 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from typing import TYPE_CHECKING
+
 from rlperf.cli.render import fmt_bytes, fmt_s
 from rlperf.errors import SpecError
+from rlperf.plan.memory_breakdown import RoleMemory
 from rlperf.plan.explain import Explanation
 from rlperf.plan.search import PlanEvaluation, PlanSearchResult
 from rlperf.scenario import Scenario
 from rlperf.workdepth import STAGES, STRATEGIES, SymbolicRow
+
+if TYPE_CHECKING:
+    from rlperf.api import PlanAnswer
 
 REPORT_NAME = "plan-report.html"
 MAX_STAGE_PLANS = 24  # bars of the stage breakdown (the fastest plans, plus baselines and yours)
@@ -45,25 +52,34 @@ nav a { margin-right: 12px; font-size: 0.9em; }
 """
 
 
-def write_report(out_dir: Path, sc: Scenario, res: PlanSearchResult, explanation: Explanation | None) -> Path:
+def write_report(out_dir: Path, ans: PlanAnswer) -> Path:
     """Write ``out_dir/plan-report.html`` and return its path."""
     from rlperf.outputs import write_text
 
-    return write_text(Path(out_dir) / REPORT_NAME, render_report(sc, res, explanation))  # atomic: never half a report
+    return write_text(Path(out_dir) / REPORT_NAME, render_report(ans))  # atomic: never half a report
 
 
-def render_report(sc: Scenario, res: PlanSearchResult, explanation: Explanation | None) -> str:
+def report_title(sc: Scenario) -> str:
+    """The user's question, named by its algorithm, model and cluster (not the base file's name)."""
+    c = sc.cluster
+    return f"rlperf plan: {sc.algorithm.name} on {sc.models['actor'].name}, {c.num_nodes} x {c.gpus_per_node} {c.accelerator.id}"
+
+
+def render_report(ans: PlanAnswer) -> str:
     try:
         from plotly.offline import get_plotlyjs
 
         from rlperf.report import figures as fg
     except ImportError:
         raise SpecError("--report", "the HTML report needs plotly", "pip install 'rlperf[report]'") from None
+    sc, res, explanation = ans.question, ans.search, ans.explanation
     plans = simulated_plans(res)
     names = [plan_name(e, res) for e in plans]
     colors = fg.StageColors()
     best = res.best
-    parts: list[str] = [_header(sc, res), _ranked(plans, names, res)]
+    parts: list[str] = [_header(ans), _ranked(plans, names, res), _memory_table(ans)]
+    if ans.launch is not None:
+        parts.append(_launch(ans))
     if best.sim is not None:
         # The best plan's stages take the first colors, so they match across figures.
         for st in best.sim.stages:
@@ -79,27 +95,43 @@ def render_report(sc: Scenario, res: PlanSearchResult, explanation: Explanation 
     mem_plans = [e for e in plans if e is best or e.source in ("baseline", "user")]
     parts.append(_section(
         "memory", "Memory per pool against capacity", _div(fg.memory_figure(mem_plans, [names[plans.index(e)] for e in mem_plans]), "fig-memory"),
-        "Peak memory per GPU of each pool (red: above capacity); black ticks: the GPU's HBM capacity."))
+        "Peak memory per GPU of each pool in the simulated step (red: above capacity); black ticks: the GPU's HBM capacity."))
     pfig, ylabel = fg.pareto_figure(plans, names, res.pareto, best)
     parts.append(_section(
         "pareto", "Pareto front", _div(pfig, "fig-pareto"),
         f"Every simulated plan: step time against {ylabel}; marker area by GPUs, color by staleness. Ringed: the Pareto "
         "front over (step time, GPUs, cost per step, staleness), all minimized."))
     parts.append(_workdepth(plans, names, res))
-    parts.append(_explanation(explanation, res))
+    parts.append(_explanation(explanation))
     parts.append(_rejected(res))
     parts.append(_inputs(sc, res))
-    title = f"rlperf plan: {sc.name}"
+    title = report_title(sc)
     nav = "".join(f'<a href="#{k}">{html.escape(v)}</a>' for k, v in (
-        ("summary", "summary"), ("ranked", "ranked plans"), ("timeline", "timeline"), ("stages", "stages"), ("memory", "memory"),
+        ("summary", "summary"), ("ranked", "ranked plans"), ("breakdown", "memory breakdown"), ("launch", "launch"),
+        ("timeline", "timeline"), ("stages", "stages"), ("memory", "memory"),
         ("pareto", "Pareto"), ("workdepth", "work-depth"), ("explanation", "explanation"), ("rejected", "rejected"),
         ("inputs", "inputs")))
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n"
-        f"<script>{get_plotlyjs()}</script>\n</head>\n<body>\n"
+        f"<script>{plotly_bundle(get_plotlyjs)}</script>\n</head>\n<body>\n"
         f"<h1>{html.escape(title)}</h1>\n<nav>{nav}</nav>\n" + "\n".join(parts) + "\n</body>\n</html>\n"
     )
+
+
+def plotly_bundle(full: Callable[[], str]) -> str:
+    """plotly.js to inline: the vendored basic bundle (scatter and bar, the report's traces) when
+    it has the major version the Python plotly package writes figures for, else the full bundle."""
+    import gzip
+    from importlib import resources
+
+    from plotly.offline import get_plotlyjs_version
+
+    major = get_plotlyjs_version().split(".")[0]
+    for f in (resources.files("rlperf") / "report" / "vendor").iterdir():
+        if f.name.startswith(f"plotly-basic-{major}.") and f.name.endswith(".min.js.gz"):
+            return gzip.decompress(f.read_bytes()).decode("utf-8")
+    return full()
 
 
 # --- plans ---------------------------------------------------------------------------------
@@ -170,20 +202,34 @@ def _x(v: float) -> str:
 # --- sections ------------------------------------------------------------------------------
 
 
-def _header(sc: Scenario, res: PlanSearchResult) -> str:
+def _header(ans: PlanAnswer) -> str:
+    sc, res = ans.question, ans.search
     wl = sc.workload
     cl = sc.cluster
     price = cl.accelerator.price_usd_per_hour
+    iv = ans.interval
     facts = [
-        ("scenario", sc.name),
+        ("question", f"{sc.algorithm.name} on {sc.models['actor'].name}"),
         ("algorithm", sc.algorithm.name),
         ("model", sc.models["actor"].name),
         ("cluster", f"{cl.num_nodes} x {cl.gpus_per_node} {cl.accelerator.name} ({cl.num_gpus} GPUs"
                     + (f", {price:.2f} USD/GPU-h)" if price is not None else ")")),
         ("workload", f"{wl.prompts_per_step} prompts x {wl.group_size} responses, max response {wl.max_response_tokens:,} tokens"),
-        ("search", f"{res.considered:,} candidates, {len(res.rejected):,} rejected, {len(simulated_plans(res))} simulated, "
-                   f"{res.elapsed_s:.1f} s"),
+        ("response lengths", ans.lengths.describe().removeprefix("response lengths: ")),
+        ("step-time range", (f"{fmt_s(iv.low_s)} - {fmt_s(iv.high_s)}: " if math.isfinite(iv.low_s) else "") + iv.basis()),
     ]
+    if ans.framework:
+        facts.append(("framework", f"only plans {ans.framework} runs"))
+    if ans.run is not None:
+        r = ans.run
+        facts.append(("run", f"{r.steps} steps: {r.hours:,.1f} h, {r.gpu_hours:,.0f} GPU-hours on {r.num_gpus} GPUs"
+                             + (f", {r.cost_usd:,.0f} USD" if r.cost_usd is not None else "")
+                             + (f" (range {r.interval.low_s / 3600:,.1f} - {r.interval.high_s / 3600:,.1f} h)"
+                                if math.isfinite(r.interval.low_s) else "")))
+    if ans.sweep:
+        facts.append(("length sweep", ", ".join(f"mean {p.mean_response_tokens:,.0f}: {fmt_s(p.step_time_s)}" for p in ans.sweep)))
+    facts.append(("search", f"{res.considered:,} candidates, {len(res.rejected):,} rejected, {len(simulated_plans(res))} simulated, "
+                            f"{res.elapsed_s:.1f} s"))
     facts += [("note", n) for n in res.notes]
     b = res.best
     head = (f'<p class="headline">Best plan: <b>{html.escape(b.label)}</b> on {b.num_gpus} GPUs, '
@@ -193,16 +239,52 @@ def _header(sc: Scenario, res: PlanSearchResult) -> str:
     for e in compare:
         ok = e.sim is not None
         rows.append([
-            plan_name(e, res), str(e.num_gpus), fmt_s(e.step_time_s) if ok else "-",
+            plan_name(e, res), str(e.num_gpus), fmt_s(e.step_time_s) if ok else "infeasible",
             _x(e.step_time_s / b.step_time_s) if ok else "-", _usd(e.cost_usd_per_step) if ok else "-", str(e.staleness),
             f"{e.sim.tokens_per_s_per_gpu:,.0f}" if e.sim is not None else "-",
-            e.error or "",
+            f"infeasible: {e.error}" if e.error else "",
         ])
         classes.append("best" if e is b else ("user" if e.source == "user" else ""))
-    cmp = table(["plan", "GPUs", "step time", "vs best", "USD/step", "staleness", "tokens/s/GPU", "error"],
+    cmp = table(["plan", "GPUs", "step time", "vs best", "USD/step", "staleness", "tokens/s/GPU", "why not"],
                 rows, numeric=(1, 2, 3, 4, 5, 6), row_classes=classes)
     return (f'<section id="summary">\n{table(["", ""], [list(f) for f in facts], css="facts")}\n{head}\n'
             f"<h3>The best plan against the framework defaults and your plan</h3>\n{cmp}\n</section>")
+
+
+_LABELS = ("Labels: colocated / disaggregated R+T (R rollout GPUs, T training GPUs) / hybrid; gen tpN: the rollout engine's "
+           "tensor-parallel degree; train tpN ppN cpN: the training layout's tensor, pipeline and context (Ulysses) degrees; "
+           "mbNk: token budget per training micro-batch, N x 1024 tokens; async s=N: at most N policy versions of lag; "
+           "partial N: at most N new tokens per response per step.")
+
+
+def _memory_rows(rows: Sequence[RoleMemory]) -> list[list[str]]:
+    out = []
+    for r in rows:
+        vals = (r.weights_bytes, r.grads_bytes, r.optimizer_bytes, r.activations_bytes, r.logits_bytes, r.kv_cache_bytes,
+                r.other_bytes, r.device_bytes, r.capacity_bytes, r.host_bytes)
+        cells = [fmt_bytes(v) if v else "-" for v in vals]
+        out.append([f"{r.role} ({r.work})", f"{r.pool} ({r.pool_gpus} GPUs)", *cells, r.note])
+    return out
+
+
+def _memory_table(ans: PlanAnswer) -> str:
+    heads = ["role (pass)", "pool", "weights", "grads", "optimizer", "activations", "logits", "KV cache", "other",
+             "device", "HBM", "host RAM", "does not fit"]
+    body = ["<h3>The best plan</h3>", table(heads, _memory_rows(ans.memory), numeric=tuple(range(2, 12)))]
+    if ans.user_memory:
+        body += ["<h3>Your plan</h3>", table(heads, _memory_rows(ans.user_memory), numeric=tuple(range(2, 12)))]
+    return _section("breakdown", "Memory breakdown per GPU", "\n".join(body),
+                    "Per role and pass, per GPU: the peak micro-batch at the longest sequence (rlperf.plan.memory_breakdown). "
+                    "other: ZeRO buffers (training) or the engine's step workspace; KV cache: what the engine preallocates.")
+
+
+def _launch(ans: PlanAnswer) -> str:
+    ex = ans.launch
+    assert ex is not None
+    extra = "".join(f"<li>not expressible: {html.escape(m)}</li>" for m in ex.not_expressible)
+    extra += "".join(f"<li>{html.escape(n)}</li>" for n in ex.notes)
+    return _section("launch", f"Launch the best plan with {ex.framework}",
+                    f"<pre>{html.escape(ex.command_line())}</pre>\n<ul>{extra}</ul>")
 
 
 def _ranked(plans: Sequence[PlanEvaluation], names: Sequence[str], res: PlanSearchResult) -> str:
@@ -220,7 +302,8 @@ def _ranked(plans: Sequence[PlanEvaluation], names: Sequence[str], res: PlanSear
     t = table(["#", "plan", "GPUs", "step time", "fast estimate", "tokens/s/GPU", "USD/step", "staleness",
                "lower bound", "step / bound"], rows, numeric=(0, 2, 3, 4, 5, 6, 7, 8, 9), row_classes=classes)
     return _section("ranked", "Ranked plans (simulated)", t,
-                    "Yellow: the best plan; blue: your plan. The fast estimate ranks the candidates; the simulator decides.")
+                    "Yellow: the best plan; blue: your plan. The fast estimate ranks the candidates; the simulator decides. "
+                    + _LABELS)
 
 
 def _workdepth_table(e: PlanEvaluation) -> str:
@@ -263,32 +346,39 @@ def _symbolic(rows: Sequence[SymbolicRow]) -> str:
                  [[r.what, r.work, r.depth, r.communication, r.memory_per_device] for r in rows])
 
 
-def _explanation(explanation: Explanation | None, res: PlanSearchResult) -> str:
+def _explanation(explanation: Explanation | None) -> str:
     if explanation is None:
         return _section("explanation", "Explanation", '<p class="muted">No explanation (no simulated plan to explain).</p>')
-    # The CLI explains your plan when it was simulated, else the best plan (rlperf.cli.plan_cmd).
-    who = "your plan" if res.user is not None and res.user.sim is not None else "the best plan"
-    parts = [f'<p class="headline">{html.escape(who)}: {html.escape(explanation.headline())}</p>',
+    parts = [f'<p class="headline">the best plan: {html.escape(explanation.headline())}</p>',
              f"<p>work-depth lower bound {html.escape(fmt_s(explanation.lower_bound_s))}; "
              f"gap {html.escape(_x(explanation.gap))}</p>"]
     parts.append("<h3>Bottlenecks</h3>")
     parts.append(table(["kind", "share of the step", "detail"],
                        [[b.kind, f"{100 * b.share:.0f}%", b.detail] for b in explanation.bottlenecks], numeric=(1,)))
-    parts.append("<h3>What if (simulated)</h3>")
+    parts.append("<h3>What if (simulated, changes to the best plan)</h3>")
     parts.append(table(
         ["change", "step time", "speedup", "staleness", "note"],
         [[w.change, *((fmt_s(w.step_time_s), _x(w.speedup)) if w.step_time_s != float("inf") else ("-", "-")),
           str(w.staleness), w.note]
          for w in explanation.what_ifs], numeric=(1, 2, 3)))
-    return _section("explanation", f"Explanation ({who})", "\n".join(parts))
+    return _section("explanation", "Explanation (the best plan)", "\n".join(parts))
+
+
+def rejected_groups(res: PlanSearchResult) -> list[tuple[str, int, str]]:
+    """(reason, number of plans, an example plan), most frequent reason first."""
+    groups: dict[str, list[str]] = {}
+    for r in res.rejected:
+        groups.setdefault(r.reason, []).append(r.label)
+    return sorted(((k, len(v), v[0]) for k, v in groups.items()), key=lambda g: (-g[1], g[0]))
 
 
 def _rejected(res: PlanSearchResult) -> str:
-    n = len(res.rejected)
-    shown = res.rejected[:MAX_REJECTED]
-    cap = f"{n:,} candidates rejected" + (f"; the first {len(shown)} shown." if n > len(shown) else ".")
-    body = table(["plan", "reason"], [[r.label, r.reason] for r in shown]) if shown else ""
-    return _section("rejected", "Rejected plans", body, cap)
+    groups = rejected_groups(res)
+    shown = groups[:MAX_REJECTED]
+    cap = f"{len(res.rejected):,} candidates rejected for {len(groups)} reasons" + (
+        f"; the {len(shown)} most frequent shown." if len(groups) > len(shown) else ".")
+    body = table(["reason", "plans", "example"], [[r, str(n), ex] for r, n, ex in shown], numeric=(1,)) if shown else ""
+    return _section("rejected", "Rejected plans, grouped by reason", body, cap)
 
 
 def _inputs(sc: Scenario, res: PlanSearchResult) -> str:

@@ -1,0 +1,228 @@
+"""A plan answer a user can act on: lengths stated, an interval, run totals, memory, a launch config.
+
+One small question (Qwen2.5-0.5B on 4 GPUs, 16 x 4 responses, 1k cap) is planned once through
+the CLI and once through the Python API (module fixtures); each test checks one piece of it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+
+import numpy as np
+import pytest
+
+import rlperf
+from rlperf.accuracy import ErrorCase, error_cases, step_interval
+from rlperf.api import PlanAnswer, Question, build_scenario
+from rlperf.cli.app import main
+from rlperf.errors import SpecError
+from rlperf.frameworks import get_framework, import_verl
+from rlperf.plan.memory_breakdown import concrete_plan
+from rlperf.specs.parallel import TrainLayout
+from rlperf.specs.plan import ExecutionMode, Placement, Plan
+from rlperf.specs.response_lengths import DEFAULT_SOURCE, choose_response_lengths, parse_token_count
+from rlperf.specs.workload_presets import MEAN_OVER_CAP
+from tests.test_cli import SMALL as FLAGS  # the same small question as the CLI tests
+from tests.test_cli import run as _run
+
+QUESTION: Question = {"model": "Qwen2.5-0.5B", "nodes": 1, "gpus_per_node": 4, "prompts": 16, "group_size": 4,
+                      "max_response": 1024}
+
+
+@pytest.fixture(scope="module")
+def answer() -> PlanAnswer:
+    return rlperf.plan(**QUESTION, steps=20, end_mean_response=600, lengths=[200, 500], framework="verl", top_k=1)
+
+
+@pytest.fixture(scope="module")
+def screen() -> str:
+    import contextlib
+    import io
+
+    from rlperf.cli import render
+
+    buf = io.StringIO()
+    render.console.file = buf
+    try:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+            main(["plan", *FLAGS, "--steps", "100", "--framework", "verl"])
+    except SystemExit as ex:
+        assert not ex.code
+    finally:
+        render.console.file = None  # type: ignore[assignment]  # back to "whatever sys.stdout is"
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------ the screen, piece by piece
+def test_screen_names_the_question_and_the_assumed_lengths(screen: str) -> None:
+    assert "GRPO on Qwen2.5-0.5B, 1x4" in screen
+    mean = 1024 * MEAN_OVER_CAP
+    assert f"response lengths: log-normal, mean {mean:,.0f}" in screen and DEFAULT_SOURCE.split(" (")[0] in screen
+
+
+def test_screen_has_the_best_plan_with_an_interval(screen: str) -> None:
+    best = next(line for line in screen.splitlines() if line.startswith("best:"))
+    assert "per step (range " in best
+    assert "validated step times" in screen
+
+
+def test_screen_has_the_run_totals(screen: str) -> None:
+    run = next(line for line in screen.splitlines() if line.startswith("run of 100 steps:"))
+    assert "GPU-hours on" in run and "$" in run
+
+
+def test_screen_has_the_memory_breakdown(screen: str) -> None:
+    assert "memory per GPU of the best plan" in screen
+    for col in ("weights", "grads", "optimizer", "activations", "logits", "KV cache", "host RAM"):
+        assert col in screen
+    assert "rollout engine (generate)" in screen and "actor (train)" in screen
+
+
+def test_screen_has_the_verl_launch_command_and_it_reimports(screen: str) -> None:
+    lines = screen.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("launch with verl"))
+    block = []
+    for line in lines[start + 1:]:
+        block.append(line)
+        if not line.endswith("\\"):
+            break
+    tokens = shlex.split(" ".join(x.rstrip("\\") for x in block))
+    assert tokens[:2] == ["python3", "-m"]
+    overrides = [t for t in tokens[3:]]
+    spec, _ = import_verl(None, overrides)
+    assert spec.model == "Qwen2.5-0.5B" and spec.cluster.num_nodes == 1
+
+
+def test_screen_fits_one_screen(screen: str) -> None:
+    assert len(screen.splitlines()) <= 80, len(screen.splitlines())
+
+
+# ------------------------------------------------------------------ the API's typed answer
+def test_api_answer_is_typed_and_consistent(answer: PlanAnswer) -> None:
+    b = answer.best
+    assert isinstance(answer, rlperf.PlanAnswer) and b.sim is not None
+    assert answer.interval.predicted_s == b.step_time_s
+    assert answer.framework == "verl" and answer.launch is not None and answer.launch.framework == "verl"
+    assert get_framework("verl").why_not_plan(b.plan) is None
+    # verl can say the whole plan: only the length distribution is beyond its config.
+    assert all(m.startswith("workload length") for m in answer.launch.not_expressible), answer.launch.not_expressible
+    # The plan the answer names is the one simulated, with dp and replicas of its pools.
+    pools, assign = b.plan.placement.resolve(b.num_gpus)
+    size = {p.name: p.num_gpus for p in pools}
+    lay = answer.best_plan.layouts["actor"]
+    assert lay.dp * lay.tp * lay.pp * lay.cp == size[assign["actor"]]
+    assert answer.best_plan.rollout.replicas * answer.best_plan.rollout.tp == size[assign["generate"]]
+
+
+def test_run_totals_sum_the_step_curve(answer: PlanAnswer) -> None:
+    run = answer.run
+    assert run is not None and run.steps == 20 and len(run.step_times_s) == 20
+    assert run.total_s == pytest.approx(sum(run.step_times_s))
+    assert run.gpu_hours == pytest.approx(run.hours * run.num_gpus)
+    # Responses grow from the assumed mean to 600 tokens: the curve rises and ends at the last point.
+    assert run.points[0].step_time_s == answer.best.step_time_s
+    assert run.step_times_s[-1] == pytest.approx(run.points[-1].step_time_s)
+    assert run.points[-1].mean_response_tokens == pytest.approx(600, rel=1e-3)
+    assert run.step_times_s[-1] > run.step_times_s[0]
+
+
+def test_length_sweep_rises_with_the_mean(answer: PlanAnswer) -> None:
+    (a, b) = answer.sweep
+    assert a.mean_response_tokens == pytest.approx(200, rel=1e-3) and b.mean_response_tokens == pytest.approx(500, rel=1e-3)
+    assert a.step_time_s < b.step_time_s
+
+
+def test_json_carries_every_piece(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(["plan", *FLAGS, "--steps", "10", "--mean-response", "300", "--json"], capsys)
+    assert code == 0
+    d = json.loads(out)
+    jsonschema = pytest.importorskip("jsonschema")
+    from pathlib import Path
+
+    jsonschema.validate(d, json.loads((Path(__file__).parents[1] / "docs" / "plan.schema.json").read_text()))
+    assert d["response_lengths"]["stated"] is True and d["response_lengths"]["mean_tokens"] == pytest.approx(300, rel=1e-3)
+    assert d["step_time_interval"]["lengths"] == "published"
+    assert d["run"]["steps"] == 10 and d["run"]["total_s"] == pytest.approx(10 * d["best"]["step_time_s"])
+    assert {r["role"] for r in d["memory"]["best"]} >= {"rollout engine", "actor"}
+    assert d["best"]["staleness_bound"] == Plan.model_validate(d["best"]["plan"]).mode.effective_staleness
+
+
+# ------------------------------------------------------------------ lengths as a stated input
+def test_default_lengths_are_the_import_rule() -> None:
+    sc, choice = build_scenario(**QUESTION)
+    assert choice.source == DEFAULT_SOURCE and not choice.stated
+    assert sc.workload.response_length.mean_tokens() == pytest.approx(1024 * MEAN_OVER_CAP, rel=1e-6)
+    from rlperf.frameworks.common import generic_workload
+    from rlperf.frameworks.report import Recorder
+    from rlperf.scenario import resolve_workload
+
+    imported = generic_workload(16, 4, 1024, 1024, None, Recorder("verl", "test"))  # what `rlperf import` builds
+    assert resolve_workload(imported).response_length == sc.workload.response_length
+
+
+def test_stated_lengths() -> None:
+    by_mean = choose_response_lengths(16384, mean_tokens=5000)
+    assert by_mean.stated and by_mean.distribution.mean_tokens() == pytest.approx(5000, rel=1e-6)
+    by_median = choose_response_lengths(16384, median_tokens=5000)
+    assert by_median.distribution.quantile(0.5) == pytest.approx(5000, abs=1)
+    seer = choose_response_lengths(65536, preset="seer-moonlight")
+    assert seer.stated and seer.distribution.mean_tokens() == pytest.approx(22386, rel=1e-6)
+    unpublished = choose_response_lengths(16384, preset="dapo-qwen2.5-32b")
+    assert not unpublished.stated and unpublished.distribution.mean_tokens() == pytest.approx(16384 / 3, rel=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, flag", [
+    ({"median_tokens": 50000}, "--median-response"),
+    ({"mean_tokens": 16384}, "--mean-response"),
+    ({"mean_tokens": 10, "median_tokens": 10}, "--median-response"),
+])
+def test_lengths_above_the_cap_are_refused_in_one_line(kwargs: dict[str, float], flag: str) -> None:
+    with pytest.raises(SpecError) as err:
+        choose_response_lengths(16384, **kwargs)  # type: ignore[arg-type]
+    assert flag in str(err.value) and "\n" not in str(err.value)
+
+
+def test_token_counts_parse() -> None:
+    assert [parse_token_count(x, "--lengths") for x in ("2k", "5000", "1.5k")] == [2000, 5000, 1500]
+    with pytest.raises(SpecError):
+        parse_token_count("lots", "--lengths")
+
+
+# ------------------------------------------------------------------ the interval
+def test_interval_is_the_quantile_range_of_the_stored_validation_errors() -> None:
+    cases = error_cases()
+    assert len(cases) >= 10 and {c.lengths for c in cases} == {"published", "assumed"}
+    for kind in ("published", "assumed"):
+        ratios = [c.ratio for c in cases if c.lengths == kind]
+        iv = step_interval(100.0, kind)  # type: ignore[arg-type]
+        assert iv.low_s == pytest.approx(100 * np.quantile(ratios, 0.1)) and iv.high_s == pytest.approx(100 * np.quantile(ratios, 0.9))
+        assert iv.num_cases == len(ratios) and iv.low_s <= iv.high_s
+
+
+def test_interval_moves_with_the_data() -> None:
+    exact = [ErrorCase(str(i), "published", 10.0, 10.0) for i in range(5)]
+    iv = step_interval(42.0, "published", exact)
+    assert iv.low_s == pytest.approx(42.0) and iv.high_s == pytest.approx(42.0)
+    slow = [ErrorCase(str(i), "published", 20.0, 10.0) for i in range(5)]
+    assert step_interval(42.0, "published", slow).low_s == pytest.approx(84.0)
+    assert math.isnan(step_interval(42.0, "assumed", exact).low_s)
+
+
+# ------------------------------------------------------------------ the framework filter
+def test_verl_refuses_what_its_matrix_does_not_mark_supported() -> None:
+    verl = get_framework("verl")
+    assert verl.why_not_plan(Plan()) is None
+    partial = Plan(mode=ExecutionMode(kind="partial_rollout", token_budget=512))
+    assert "partial" in (verl.why_not_plan(partial) or "")
+    assert "fusion" in (verl.why_not_plan(Plan(mode=ExecutionMode(fusion=True))) or "")
+    split = Plan(placement=Placement(kind="disaggregated", rollout_gpus=4), mode=ExecutionMode(kind="one_step_off"))
+    assert verl.why_not_plan(split) is None
+    assert "ZeRO-3" in (verl.why_not_plan(Plan(layouts={"actor": TrainLayout(tp=2)})) or "")
+    assert get_framework("OpenRLHF").why_not_plan(Plan(layouts={"actor": TrainLayout(tp=2)})) is None
+
+
+def test_concrete_plan_sets_dp_and_replicas() -> None:
+    p = concrete_plan(Plan(placement=Placement(kind="disaggregated", rollout_gpus=8)), 32)
+    assert p.layouts["actor"].dp == 24 and p.rollout.replicas == 8 // p.rollout.tp

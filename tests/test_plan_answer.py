@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import rlperf
-from rlperf.accuracy import ErrorCase, error_cases, step_interval
+from rlperf.accuracy import ErrorData, LengthFitCase, ScoredCase, assumed_interval, error_data, stated_interval
 from rlperf.api import PlanAnswer, Question, build_scenario
 from rlperf.cli.app import main
 from rlperf.errors import SpecError
@@ -65,7 +65,7 @@ def test_screen_names_the_question_and_the_assumed_lengths(screen: str) -> None:
 def test_screen_has_the_best_plan_with_an_interval(screen: str) -> None:
     best = next(line for line in screen.splitlines() if line.startswith("best:"))
     assert "per step (range " in best
-    assert "validated step times" in screen
+    assert "range: lengths assumed" in screen
 
 
 def test_screen_has_the_run_totals(screen: str) -> None:
@@ -143,7 +143,7 @@ def test_json_carries_every_piece(capsys: pytest.CaptureFixture[str]) -> None:
 
     jsonschema.validate(d, json.loads((Path(__file__).parents[1] / "docs" / "plan.schema.json").read_text()))
     assert d["response_lengths"]["stated"] is True and d["response_lengths"]["mean_tokens"] == pytest.approx(300, rel=1e-3)
-    assert d["step_time_interval"]["lengths"] == "published"
+    assert d["step_time_interval"]["basis"] == "stated"
     assert d["run"]["steps"] == 10 and d["run"]["total_s"] == pytest.approx(10 * d["best"]["step_time_s"])
     assert {r["role"] for r in d["memory"]["best"]} >= {"rollout engine", "actor"}
     assert d["best"]["staleness_bound"] == Plan.model_validate(d["best"]["plan"]).mode.effective_staleness
@@ -191,23 +191,37 @@ def test_token_counts_parse() -> None:
 
 
 # ------------------------------------------------------------------ the interval
-def test_interval_is_the_quantile_range_of_the_stored_validation_errors() -> None:
-    cases = error_cases()
-    assert len(cases) >= 10 and {c.lengths for c in cases} == {"published", "assumed"}
-    for kind in ("published", "assumed"):
-        ratios = [c.ratio for c in cases if c.lengths == kind]
-        iv = step_interval(100.0, kind)  # type: ignore[arg-type]
-        assert iv.low_s == pytest.approx(100 * np.quantile(ratios, 0.1)) and iv.high_s == pytest.approx(100 * np.quantile(ratios, 0.9))
-        assert iv.num_cases == len(ratios) and iv.low_s <= iv.high_s
+def test_stated_range_is_the_quantile_range_of_the_stored_validation_errors() -> None:
+    d = error_data()
+    assert len(d.scored) >= 5
+    ratios = [c.ratio for c in d.scored]
+    iv = stated_interval(100.0)
+    assert iv.low_s == pytest.approx(100 * np.quantile(ratios, 0.1)) and iv.high_s == pytest.approx(100 * np.quantile(ratios, 0.9))
+    assert iv.num_cases == len(ratios) and iv.basis == "stated"
 
 
-def test_interval_moves_with_the_data() -> None:
-    exact = [ErrorCase(str(i), "published", 10.0, 10.0) for i in range(5)]
-    iv = step_interval(42.0, "published", exact)
+def test_ranges_move_with_the_data() -> None:
+    exact = ErrorData(tuple(ScoredCase(str(i), 10.0, 10.0) for i in range(5)), (), "test")
+    iv = stated_interval(42.0, exact)
     assert iv.low_s == pytest.approx(42.0) and iv.high_s == pytest.approx(42.0)
-    slow = [ErrorCase(str(i), "published", 20.0, 10.0) for i in range(5)]
-    assert step_interval(42.0, "published", slow).low_s == pytest.approx(84.0)
-    assert math.isnan(step_interval(42.0, "assumed", exact).low_s)
+    slow = ErrorData(tuple(ScoredCase(str(i), 20.0, 10.0) for i in range(5)), (), "test")
+    assert stated_interval(42.0, slow).low_s == pytest.approx(84.0)
+    assert math.isnan(stated_interval(42.0, ErrorData((), (), "none")).low_s)
+    fits = ErrorData((), tuple(LengthFitCase(str(i), 1000.0 * (i + 1), 10_000) for i in range(5)), "test")
+    lo, hi = fits.implied_means(20_000)
+    assert lo == pytest.approx(20_000 * np.quantile([0.1, 0.2, 0.3, 0.4, 0.5], 0.1))
+    assert hi == pytest.approx(20_000 * np.quantile([0.1, 0.2, 0.3, 0.4, 0.5], 0.9))
+    iv = assumed_interval(50.0, 70.0, 30.0, (lo, hi), fits)
+    assert (iv.low_s, iv.high_s, iv.basis, iv.num_cases) == (30.0, 70.0, "assumed", 5)
+
+
+def test_assumed_lengths_range_is_the_plan_at_the_implied_means(answer: PlanAnswer) -> None:
+    iv = answer.interval
+    assert iv.basis == "assumed" and iv.mean_range_tokens is not None
+    lo, hi = error_data().implied_means(1024)
+    assert iv.mean_range_tokens == pytest.approx((lo, hi))
+    # Longer responses never make this plan faster: the range is ordered like the means.
+    assert iv.low_s <= iv.high_s
 
 
 # ------------------------------------------------------------------ the framework filter

@@ -30,7 +30,7 @@ import pytest
 
 pytest.importorskip("plotly")
 
-from rlperf.accuracy import step_interval
+from rlperf.accuracy import stated_interval
 from rlperf.algorithms import get_algorithm
 from rlperf.api import PlanAnswer
 from rlperf.frameworks import export_verl
@@ -113,7 +113,7 @@ def answer_of(sc: Scenario, res: PlanSearchResult, explanation: Explanation) -> 
     choice = choose_response_lengths(sc.workload.max_response_tokens)
     return PlanAnswer(
         question=sc, lengths=choice, search=res, best_plan=concrete_plan(best.plan, best.num_gpus),
-        interval=step_interval(best.step_time_s, "assumed"), memory=memory_breakdown(sc, best.plan, best.num_gpus),
+        interval=stated_interval(best.step_time_s), memory=memory_breakdown(sc, best.plan, best.num_gpus),
         user_memory=memory_breakdown(sc, sc.plan, sc.cluster.num_gpus), explanation=explanation, run=None, sweep=(),
         framework="verl", launch=export_verl(sc.with_plan(best.plan)),
     )

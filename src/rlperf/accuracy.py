@@ -1,45 +1,48 @@
-"""Prediction intervals for a step time, from the model's own measured error on published runs.
+"""Step-time ranges from the model's own measured error on published runs.
 
-A plan's step time is a prediction; how far such predictions land from measured times is known:
-``rlperf validate`` compares them on published runs. The step-time cases of one validation run
-are stored as data (``rlperf/data/step_time_errors.yaml``: case id, measured, predicted, and
-whether the source published its response lengths). The interval for a new prediction ``T`` is
+``rlperf validate`` compares predictions with published step times. Its step-time cases are
+stored as data (``rlperf/data/step_time_errors.yaml``, written by ``rlperf validate
+--errors-out``) in two kinds, and a plan's range uses the kind that matches how its response
+lengths were obtained (docs/prediction_interval.md):
 
-    [T * q_lo(r), T * q_hi(r)],   r = measured / predicted over the cases of the same kind,
+- **Lengths stated** (``--mean-response``, ``--median-response``, a preset with a published mean):
+  the *scored* cases, whose source published its lengths. With ``r = measured / predicted`` over
+  them, the range of a prediction ``T`` is ``[T q10(r), T q90(r)]``: the empirical 10th and 90th
+  percentiles (``numpy.quantile``, linear), an 80% range if the question errs as they did.
+- **Lengths assumed** (the default mean = cap/3, or a scenario's own): the cases whose source
+  publishes no lengths. ``rlperf validate`` finds for each the mean response length at which the
+  prediction equals the measurement (``length_fit.matching_mean_tokens``); over the plausible ones,
+  ``f = matching mean / cap``. The plan is simulated at ``q10(f) cap`` and ``q90(f) cap``, and those
+  two step times are the range: published runs of unknown length behave, *in this model*, like
+  runs at means between them. The model's own error is inside ``f`` (the fit absorbs it), so it
+  is not applied a second time.
 
-with ``q_lo``, ``q_hi`` the empirical 10th and 90th percentiles (linear interpolation,
-``numpy.quantile``): an 80% interval *if* the new question errs like the validation cases do.
-"The same kind" is whether the response lengths are stated: a question with lengths given by the
-user (``--mean-response``, ``--median-response``, ``--length-preset``) is compared with the cases
-whose source published its lengths (``lengths: published``); a question on assumed lengths with
-the cases that assumed them. Nothing is fitted or tuned: refreshing the data file
-(``rlperf validate --errors-out src/rlperf/data/step_time_errors.yaml``) after a cost-model change
-moves the intervals with the model's measured accuracy. See docs/prediction_interval.md.
+Nothing is fitted to the question. After a cost-model change, rewriting the data file moves the
+ranges with the model's measured accuracy.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import yaml
 
-LengthsKind = Literal["published", "assumed"]
 LOW_Q = 0.10
 HIGH_Q = 0.90
+Basis = Literal["stated", "assumed"]
 
 
 @dataclass(frozen=True)
-class ErrorCase:
-    """One validated step time: what was measured, what rlperf predicted."""
+class ScoredCase:
+    """A validated step time at published lengths: what was measured, what rlperf predicted."""
 
     id: str
-    lengths: LengthsKind
     measured_s: float
     predicted_s: float
 
@@ -50,57 +53,111 @@ class ErrorCase:
 
 
 @dataclass(frozen=True)
+class LengthFitCase:
+    """A validated step time without published lengths: the mean at which prediction = measurement."""
+
+    id: str
+    matching_mean_tokens: float
+    cap_tokens: int
+
+    @property
+    def mean_over_cap(self) -> float:
+        return self.matching_mean_tokens / self.cap_tokens
+
+
+@dataclass(frozen=True)
+class ErrorData:
+    scored: tuple[ScoredCase, ...]
+    length_fits: tuple[LengthFitCase, ...]
+    commit: str
+
+    def ratio_range(self) -> tuple[float, float]:
+        """q10 and q90 of measured/predicted over the scored cases (nan without cases)."""
+        if not self.scored:
+            return math.nan, math.nan
+        lo, hi = np.quantile([c.ratio for c in self.scored], [LOW_Q, HIGH_Q])
+        return float(lo), float(hi)
+
+    def implied_means(self, cap_tokens: int) -> tuple[float, float]:
+        """q10 and q90 of (matching mean / cap) x ``cap_tokens`` (nan without cases)."""
+        if not self.length_fits:
+            return math.nan, math.nan
+        lo, hi = np.quantile([c.mean_over_cap for c in self.length_fits], [LOW_Q, HIGH_Q])
+        return float(lo) * cap_tokens, float(hi) * cap_tokens
+
+
+@dataclass(frozen=True)
 class StepInterval:
-    """A predicted step time with its interval and how the interval was obtained."""
+    """A predicted step time with its range and how the range was obtained."""
 
     predicted_s: float
     low_s: float
     high_s: float
+    basis: Basis
     num_cases: int
-    lengths: LengthsKind
+    mean_range_tokens: tuple[float, float] | None = None  # assumed lengths: the implied means
 
-    def basis(self) -> str:
-        return (f"{round(100 * (HIGH_Q - LOW_Q))}% range of measured/predicted over {self.num_cases} validated"
-                f" step times with {self.lengths} response lengths (rlperf validate; docs/prediction_interval.md)")
+    def describe(self) -> str:
+        pct = round(100 * (HIGH_Q - LOW_Q))
+        if self.basis == "stated":
+            return (f"{pct}% range of measured/predicted over {self.num_cases} published step times with published"
+                    " lengths (rlperf validate; docs/prediction_interval.md)")
+        lo, hi = self.mean_range_tokens or (math.nan, math.nan)
+        return (f"lengths assumed: the plan at mean {lo:,.0f} - {hi:,.0f} tokens, the {pct}% range of the means that"
+                f" match {self.num_cases} published runs of unknown length (docs/prediction_interval.md);"
+                " state --mean-response for the model-error range")
 
     def scaled(self, factor: float) -> StepInterval:
-        """The same relative interval around ``factor`` x the prediction (run totals)."""
-        return StepInterval(self.predicted_s * factor, self.low_s * factor, self.high_s * factor, self.num_cases, self.lengths)
+        """The same relative range around ``factor`` x the prediction (run totals)."""
+        return StepInterval(self.predicted_s * factor, self.low_s * factor, self.high_s * factor, self.basis,
+                            self.num_cases, self.mean_range_tokens)
+
+
+def _doc(text: str) -> ErrorData:
+    raw = yaml.safe_load(text)
+    scored = tuple(ScoredCase(str(c["id"]), float(c["measured_s"]), float(c["predicted_s"])) for c in raw["scored"])
+    fits = tuple(LengthFitCase(str(c["id"]), float(c["matching_mean_tokens"]), int(c["cap_tokens"])) for c in raw["length_fits"])
+    return ErrorData(scored, fits, str(raw.get("commit", "")))
 
 
 @lru_cache(maxsize=1)
-def error_cases() -> tuple[ErrorCase, ...]:
+def error_data() -> ErrorData:
     """The stored step-time cases of the last recorded ``rlperf validate`` run."""
-    text = (resources.files("rlperf") / "data" / "step_time_errors.yaml").read_text("utf-8")
-    raw = yaml.safe_load(text)["cases"]
-    return tuple(ErrorCase(str(c["id"]), c["lengths"], float(c["measured_s"]), float(c["predicted_s"])) for c in raw)
+    return _doc((resources.files("rlperf") / "data" / "step_time_errors.yaml").read_text("utf-8"))
 
 
-def step_interval(predicted_s: float, lengths: LengthsKind, cases: Iterable[ErrorCase] | None = None) -> StepInterval:
-    """The interval of the module docstring around ``predicted_s``."""
-    pool = [c for c in (error_cases() if cases is None else cases) if c.lengths == lengths]
-    if not pool or not math.isfinite(predicted_s):
-        return StepInterval(predicted_s, math.nan, math.nan, 0, lengths)
-    ratios = np.array([c.ratio for c in pool], dtype=float)
-    lo, hi = np.quantile(ratios, [LOW_Q, HIGH_Q])
-    return StepInterval(predicted_s, predicted_s * float(lo), predicted_s * float(hi), len(pool), lengths)
+def stated_interval(predicted_s: float, data: ErrorData | None = None) -> StepInterval:
+    d = data or error_data()
+    lo, hi = d.ratio_range()
+    return StepInterval(predicted_s, predicted_s * lo, predicted_s * hi, "stated", len(d.scored))
 
 
-def errors_document(validation: dict[str, object], commit: str) -> str:
-    """The data file's text from ``ValidationReport.to_dict()`` (uncalibrated): every step-time
-    case that was predicted and whose lengths are published or assumed."""
-    cases = validation["cases"]
-    assert isinstance(cases, list)
-    rows = [
-        {"id": c["id"], "lengths": c["lengths"], "measured_s": c["measured"], "predicted_s": round(float(c["predicted"]), 3)}
-        for c in cases
-        if str(c["metric"]).startswith("step_time_s") and c["predicted"] is not None
-        and c["lengths"] in ("published", "assumed")
-    ]
+def assumed_interval(predicted_s: float, at_low_mean_s: float, at_high_mean_s: float, means: tuple[float, float],
+                     data: ErrorData | None = None) -> StepInterval:
+    d = data or error_data()
+    lo, hi = sorted((at_low_mean_s, at_high_mean_s))
+    return StepInterval(predicted_s, lo, hi, "assumed", len(d.length_fits), means)
+
+
+def errors_document(validation: Mapping[str, Any], commit: str) -> str:
+    """The data file's text from ``ValidationReport.to_dict()`` (uncalibrated): the scored
+    step-time cases, and the plausible length fits of the step-time cases of unknown length."""
+    cases: Iterable[Mapping[str, Any]] = validation["cases"]
+    scored, fits = [], []
+    for c in cases:
+        if not str(c["metric"]).startswith("step_time_s"):
+            continue
+        if c["predicted"] is not None:
+            scored.append({"id": c["id"], "measured_s": c["measured"], "predicted_s": round(float(c["predicted"]), 3)})
+        f = c.get("length_fit")
+        if f is not None and f["plausible"]:
+            fits.append({"id": c["id"], "matching_mean_tokens": round(float(f["matching_mean_tokens"]), 1),
+                         "cap_tokens": int(f["plausible_range_tokens"][1])})
     head = (
         "# Step-time cases of `rlperf validate` (uncalibrated shipped profiles), stored as data for\n"
-        "# the prediction intervals of rlperf.accuracy (docs/prediction_interval.md).\n"
-        f"# Written by `rlperf validate --errors-out` at commit {commit}; measured values and sources:\n"
-        "# rlperf/data/validation_cases.yaml.\n"
+        "# the step-time ranges of rlperf.accuracy (docs/prediction_interval.md). Written by\n"
+        "# `rlperf validate --errors-out`; measured values and sources: rlperf/data/validation_cases.yaml.\n"
+        "# scored: published lengths; length_fits: unknown lengths, the mean at which prediction = measurement.\n"
     )
-    return head + str(yaml.safe_dump({"cases": rows}, sort_keys=False))
+    body = yaml.safe_dump({"commit": commit, "scored": scored, "length_fits": fits}, sort_keys=False)
+    return head + str(body)

@@ -213,7 +213,6 @@ def plan(
     ``question``: the overrides of :class:`Question`. ``resolved`` replaces the scenario and the
     question with a resolved scenario and its length choice (``rlperf plan --from verl CONFIG``
     passes an imported configuration)."""
-    from rlperf.accuracy import step_interval
     from rlperf.errors import SpecError
     from rlperf.frameworks.presets import get_framework
     from rlperf.plan.explain import explain as explain_plan
@@ -245,7 +244,7 @@ def plan(
         if progress:
             progress("what-ifs of the best plan", 0, 1)
         explanation = explain_plan(on, best.sim, lambda items: simulate_plans(items, mapper))
-    interval = step_interval(best.step_time_s, "published" if choice.stated else "assumed")
+    interval = _interval(on, best, choice.stated, mapper)
     mean0 = sc.workload.response_length.mean_tokens()
     run = _run_totals(on, best, mean0, end_mean_response, steps, interval, mapper) if steps else None
     sweep = tuple(_simulate_at(on, [float(m) for m in lengths], [0] * len(lengths), mapper))
@@ -275,6 +274,18 @@ def _export_openrlhf(sc: Scenario) -> ExportResult:
 
 # Frameworks rlperf writes configurations for (rlperf.frameworks: issue 14's exporters).
 _EXPORTERS: dict[str, Callable[[Scenario], ExportResult]] = {"verl": _export_verl, "openrlhf": _export_openrlhf}
+
+
+def _interval(on: Scenario, best: PlanEvaluation, stated: bool, mapper: Mapper) -> StepInterval:
+    """The best plan's step-time range (:mod:`rlperf.accuracy`): the model-error range when the
+    lengths are stated, else the plan simulated at the means published runs imply for this cap."""
+    from rlperf.accuracy import assumed_interval, error_data, stated_interval
+
+    if stated:
+        return stated_interval(best.step_time_s)
+    lo, hi = error_data().implied_means(on.workload.max_response_tokens)
+    at = _simulate_at(on, [lo, hi], [0, 0], mapper)
+    return assumed_interval(best.step_time_s, at[0].step_time_s, at[1].step_time_s, (lo, hi))
 
 
 def _simulate_at(on: Scenario, means: list[float], steps: list[int], mapper: Mapper) -> list[RunPoint]:

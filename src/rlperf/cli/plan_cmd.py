@@ -148,7 +148,7 @@ def render_answer(ans: PlanAnswer) -> None:
     rng = f" (range {fmt_s(iv.low_s)} - {fmt_s(iv.high_s)})" if not math.isnan(iv.low_s) else ""
     cost = f", ${b.cost_usd_per_step:,.2f}/step" if b.cost_usd_per_step is not None else ""
     console.print(f"[bold green]best:[/] {b.label} on {b.num_gpus} GPUs: {fmt_s(b.step_time_s)} per step{rng}{cost}")
-    console.print(f"  [dim]range: {iv.basis()}[/]")
+    console.print(f"  [dim]range: {iv.describe()}[/]")
     for other in [*res.baselines, *([res.user] if res.user else [])]:
         who = "your plan" if other.source == "user" else other.label
         if other.sim is None:

@@ -128,10 +128,11 @@ def validate_cmd(
         import subprocess
 
         from rlperf.accuracy import errors_document
+        from rlperf.outputs import write_text
 
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).parent).stdout.strip() or "unknown"
-        errors_out.write_text(errors_document(report.to_dict(), commit))
+        write_text(errors_out, errors_document(report.to_dict(), commit))
     fitted = None
     if calibrate:
         from rlperf.calibration import as_scale, describe, fit, write_profile

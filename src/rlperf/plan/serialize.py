@@ -90,7 +90,8 @@ def answer_json(ans: PlanAnswer) -> dict[str, Any]:
                                "fraction_at_cap": ans.lengths.distribution.fraction_at_cap(),
                                "stated": ans.lengths.stated, "source": ans.lengths.source}
     out["step_time_interval"] = {"predicted_s": iv.predicted_s, "low_s": _num(iv.low_s), "high_s": _num(iv.high_s),
-                                 "num_cases": iv.num_cases, "lengths": iv.lengths, "basis": iv.basis()}
+                                 "num_cases": iv.num_cases, "basis": iv.basis, "description": iv.describe(),
+                                 "mean_range_tokens": list(iv.mean_range_tokens) if iv.mean_range_tokens else None}
     run = ans.run
     out["run"] = None if run is None else {
         "steps": run.steps, "num_gpus": run.num_gpus, "total_s": run.total_s, "hours": run.hours,

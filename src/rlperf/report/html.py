@@ -216,7 +216,7 @@ def _header(ans: PlanAnswer) -> str:
                     + (f", {price:.2f} USD/GPU-h)" if price is not None else ")")),
         ("workload", f"{wl.prompts_per_step} prompts x {wl.group_size} responses, max response {wl.max_response_tokens:,} tokens"),
         ("response lengths", ans.lengths.describe().removeprefix("response lengths: ")),
-        ("step-time range", (f"{fmt_s(iv.low_s)} - {fmt_s(iv.high_s)}: " if math.isfinite(iv.low_s) else "") + iv.basis()),
+        ("step-time range", (f"{fmt_s(iv.low_s)} - {fmt_s(iv.high_s)}: " if math.isfinite(iv.low_s) else "") + iv.describe()),
     ]
     if ans.framework:
         facts.append(("framework", f"only plans {ans.framework} runs"))

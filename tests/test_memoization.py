@@ -84,3 +84,20 @@ def test_simulation_is_unchanged_by_warm_caches() -> None:
     warm = run_scenario(sc)
     assert cold.step_times_s == warm.step_times_s
     assert dataclasses.replace(cold, segments=()) == dataclasses.replace(warm, segments=())
+
+
+def test_stage_costs_from_the_cache_are_the_fresh_ones() -> None:
+    sc = _scenario()
+    seqs = np.random.default_rng(5).integers(100, 2000, 64)
+    costs_mod._STAGES.clear()
+    a = AnalyticCosts(sc)
+    fresh_t, fresh_f = a.train("actor", seqs, 4, "actor_update"), a.forward("actor", seqs, 4, "old_logprob")
+    assert len(costs_mod._STAGES) == 2
+    assert AnalyticCosts(sc).train("actor", seqs, 4, "actor_update") == fresh_t
+    assert AnalyticCosts(sc).forward("actor", seqs, 4, "old_logprob") == fresh_f
+    assert len(costs_mod._STAGES) == 2
+    # Another batch, name or GPU count is another entry.
+    AnalyticCosts(sc).forward("actor", seqs, 2, "old_logprob")
+    AnalyticCosts(sc).forward("actor", seqs, 4, "ref_logprob")
+    AnalyticCosts(sc).forward("actor", seqs + 1, 4, "old_logprob")
+    assert len(costs_mod._STAGES) == 5

@@ -14,10 +14,12 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Literal
 
 import numpy as np
+from pydantic import BaseModel
 
 from rlperf.errors import SpecError
 from rlperf.scenario import Scenario
@@ -132,17 +134,19 @@ class AnalyticCosts:
 
         lay = self._train_layout(role, gpus)
         head: Literal["logprobs", "value"] = "value" if role == "critic" else "logprobs"
-        return forward_pass(self.sc.models[role], self.cluster(lay.world_size), lay, seq_tokens, name=name, head=head)
+        model, cluster = self.sc.models[role], self.cluster(lay.world_size)
+        return _memo_stage(("forward", model, cluster, lay, _digest(seq_tokens), name, head),
+                           lambda: forward_pass(model, cluster, lay, seq_tokens, name=name, head=head))
 
     def train(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str) -> StageCost:
         from rlperf.stages.train import train_step
 
         lay = self._train_layout(role, gpus)
-        return train_step(
-            self.sc.models[role], self.cluster(lay.world_size), lay, seq_tokens,
-            num_minibatches=self.sc.minibatches, epochs=self.sc.epochs, name=name,
-            head="value" if role == "critic" else "logprobs",
-        )
+        model, cluster = self.sc.models[role], self.cluster(lay.world_size)
+        mb, ep = self.sc.minibatches, self.sc.epochs
+        return _memo_stage(("train", model, cluster, lay, _digest(seq_tokens), name, mb, ep),
+                           lambda: train_step(model, cluster, lay, seq_tokens, num_minibatches=mb, epochs=ep, name=name,
+                                              head="value" if role == "critic" else "logprobs"))
 
     def reward(self, seq_tokens: np.ndarray, gpus: int) -> StageCost:
         spec = self.sc.spec.algorithm.reward
@@ -182,6 +186,32 @@ class AnalyticCosts:
 # (read-only arrays), so sharing one is safe.
 _ROLLOUTS: OrderedDict[tuple[str, str, str, bytes, int | None], RolloutResult] = OrderedDict()
 _ROLLOUTS_MAX = 32
+
+
+# Forward and training stage costs by everything they read: plans that differ only in their
+# rollout engine or execution mode train the same batch under the same layout, and a planner
+# simulates many such plans. StageCost is frozen, so sharing one is safe.
+_STAGES: OrderedDict[tuple[object, ...], StageCost] = OrderedDict()
+_STAGES_MAX = 1024
+
+
+def _digest(a: np.ndarray) -> bytes:
+    arr = np.ascontiguousarray(a, dtype=np.int64)
+    return hashlib.blake2b(arr.size.to_bytes(8, "little") + arr.tobytes(), digest_size=16).digest()
+
+
+def _memo_stage(key: tuple[object, ...], fn: Callable[[], StageCost]) -> StageCost:
+    # Pydantic specs go into the key by their JSON: hashing a spec with a dict field fails.
+    k = tuple(x.model_dump_json() if isinstance(x, BaseModel) else x for x in key)
+    got = _STAGES.get(k)
+    if got is None:
+        got = fn()
+        _STAGES[k] = got
+        if len(_STAGES) > _STAGES_MAX:
+            _STAGES.popitem(last=False)
+    else:
+        _STAGES.move_to_end(k)
+    return got
 
 
 def _rollout_key(model: str, cluster: str, engine: str, batch: RolloutBatch,

@@ -123,12 +123,12 @@ def load_train_csv(path: str | Path) -> tuple[TrainMeasurement, ...]:
 
 @cache
 def gpt3_model(hidden_size: int, num_heads: int, num_layers: int, seq_len: int) -> ModelSpec:
-    """The GPT-3-style model of a row (vTrain's ShardedGptModel: 4h MLP, vocab 50,257)."""
+    """The GPT-3-style model of a row, as vTrain's ShardedGptModel builds it: a GPT-2 block (pre-
+    LayerNorm with biases, plain 4h GELU MLP, biases on every linear, learned positions of
+    ``seq_len`` rows, LM head tied to the word embedding), vocabulary 50,257."""
     config = {
-        "model_type": "llama", "hidden_size": hidden_size, "num_attention_heads": num_heads,
-        "num_key_value_heads": num_heads, "num_hidden_layers": num_layers,
-        "intermediate_size": round(8 * hidden_size / 3), "vocab_size": VTRAIN_VOCAB,
-        "max_position_embeddings": seq_len, "tie_word_embeddings": True,
+        "model_type": "gpt2", "n_embd": hidden_size, "n_head": num_heads, "n_layer": num_layers,
+        "n_positions": seq_len, "vocab_size": VTRAIN_VOCAB, "activation_function": "gelu_new",
     }
     return ModelSpec.from_hf_config(config, name=f"gpt3-h{hidden_size}-l{num_layers}")
 

@@ -106,6 +106,13 @@ META_CASES = [
     ("pythia-1.4b", {"num_hidden_layers": 2}),  # parallel residual, partial rotary, untied
     ("opt-350m", {"num_hidden_layers": 2}),  # relu, post-norm, project_in/out, offset positions
     ("opt-1.3b", {"num_hidden_layers": 2}),  # pre-norm, final norm
+    ("phi-2", {"num_hidden_layers": 2}),  # parallel block, one LayerNorm, LM head bias
+    ("starcoderbase-1b", {"n_layer": 2}),  # multi-query attention, learned positions
+    ("gemma-2b", {"num_hidden_layers": 2}),  # GeGLU, head_dim 256 != hidden / heads, MQA
+    ("gemma-2-2b", {"num_hidden_layers": 2}),  # sandwich norms, sliding + global layers
+    ("gemma-3-1b-pt", {"num_hidden_layers": 7}),  # QK-norm; window 512 < the 1024 tokens
+    ("Phi-3-mini-4k-instruct", {"num_hidden_layers": 2}),  # fused qkv and gate_up
+    ("Mistral-7B-v0.1", {"num_hidden_layers": 2}),  # every layer sliding (4096)
 ]
 
 SMALL = {"num_hidden_layers": 2, "vocab_size": 2048, "num_attention_heads": 4}
@@ -149,9 +156,14 @@ def _check_flops(
     model = build(cfg, device, attn_implementation="eager", **kwargs)
     got = counted_forward_flops(model, num_tokens, device, cfg["vocab_size"])
     assert spec.forward_flops(num_tokens, attention="full") == pytest.approx(got, rel=FLOP_RTOL)
-    # The causal count drops exactly the masked (query, key) pairs: T(T-1)/2 per layer and head.
+    # The causal count drops exactly the masked (query, key) pairs: T(T-1)/2 per layer and head,
+    # and on a sliding layer also the keys more than a window behind (query n sees min(n, W)).
     masked = num_tokens * (num_tokens - 1) / 2
-    gap = spec.num_layers * 2 * spec.num_heads * (spec.q_head_dim + spec.v_head_dim) * masked
+    window = spec.sliding_window or num_tokens
+    masked_sliding = num_tokens**2 - sum(min(n, window) for n in range(1, num_tokens + 1))
+    layers_masked = (spec.num_layers - spec.num_sliding_layers) * masked
+    layers_masked += spec.num_sliding_layers * masked_sliding
+    gap = 2 * spec.num_heads * (spec.q_head_dim + spec.v_head_dim) * layers_masked
     assert spec.forward_flops(num_tokens, attention="causal") == pytest.approx(
         got - gap, rel=FLOP_RTOL
     )

@@ -172,3 +172,40 @@ def test_more_active_experts_than_experts_is_named(cfg: dict[str, Any]) -> None:
     with pytest.raises(SpecError) as ei:
         spec_of({**cfg, "num_experts_per_tok": cfg[experts_key] + 1})
     assert_one_line_naming(ei.value, "num_experts_per_tok")
+
+
+@settings(max_examples=60)
+@given(t=st.integers(1, 300), c=st.integers(0, 300), w=st.integers(1, 400))
+def test_windowed_pairs_equal_the_sum_over_queries(t: int, c: int, w: int) -> None:
+    # query at 1-based position n sees min(n, w) keys
+    expected = sum(min(n, w) for n in range(c + 1, c + t + 1))
+    m = spec_of({**_GEMMA2_SMALL})
+    assert m.attention_pairs(t, c, window=w) == expected
+    assert m.attention_pairs(t, c, window=w) <= m.attention_pairs(t, c)
+
+
+_GEMMA2_SMALL = {
+    "model_type": "gemma2", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 32, "intermediate_size": 128, "vocab_size": 100,
+    "sliding_window": 16,
+}
+
+
+@given(t=st.integers(1, 4096))
+def test_sliding_layers_bound_kv_and_attention_by_the_window(t: int) -> None:
+    m = spec_of(_GEMMA2_SMALL)  # layers 0 and 2 sliding (window 16), 1 and 3 global
+    full = m.model_copy(update={"layer_types": (), "sliding_window": None})
+    per_layer_token = m.kv_bytes_per_token() / 4
+    assert m.kv_bytes(t) == per_layer_token * (2 * t + 2 * min(t, 16))
+    assert full.kv_bytes(t) == full.kv_bytes_per_token() * t
+    assert m.attention_flops(t) <= full.attention_flops(t)
+    assert m.attention_flops(t, attention="full") == full.attention_flops(t, attention="full")
+    assert (m.attention_flops(t) == full.attention_flops(t)) == (t <= 16)
+
+
+def test_unsupported_model_type_names_the_field_and_the_supported_types() -> None:
+    with pytest.raises(SpecError) as err:
+        spec_of({"model_type": "bloom", "hidden_size": 64})
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("model.config.model_type: unsupported 'bloom'")
+    assert all(t in msg for t in ("gpt2", "gpt_neox", "opt", "gemma2", "llama"))

@@ -47,7 +47,8 @@ def checkpoint_tensors(cfg: dict[str, Any]) -> int:
 
 
 @pytest.mark.parametrize("name", ["Qwen2.5-Math-7B", "Qwen3-8B", "Qwen3-30B-A3B", "Mixtral-8x7B-v0.1", "DeepSeek-R1",
-                                  "gpt2", "pythia-1.4b", "opt-350m", "opt-1.3b"])
+                                  "gpt2", "pythia-1.4b", "opt-350m", "opt-1.3b", "phi-2", "starcoder",
+                                  "gemma-2-9b", "gemma-3-1b-pt", "Phi-3-mini-4k-instruct"])
 def test_catalog_tensor_count_equals_transformers(name: str) -> None:
     cfg = load_config(name)
     assert ModelSpec.from_hf_config(cfg, name).num_weight_tensors == checkpoint_tensors(cfg)

@@ -13,17 +13,15 @@ from typing import Any
 from rlperf.errors import SpecError
 from rlperf.specs.hf_gpt import GPT_READERS
 from rlperf.specs.hf_keys import as_int, flag, opt, pos, where
+from rlperf.specs.hf_variants import DEFAULT_HEAD_DIM, TIED_BY_DEFAULT, VARIANT_TYPES, variant_fields
 
 # Llama-style blocks (SwiGLU MLP, RMSNorm, rotary), read by this module.
-DENSE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+DENSE_TYPES = ("llama", "qwen2", "qwen3", "mistral", *VARIANT_TYPES)
 MOE_TYPES = ("qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v3", "deepseek_v2")
 LLAMA_LIKE_TYPES = DENSE_TYPES + MOE_TYPES
 # Families with other blocks, each read by its own function.
 FAMILY_READERS = {**GPT_READERS}
 SUPPORTED_TYPES = LLAMA_LIKE_TYPES + tuple(FAMILY_READERS)
-
-# Qwen3Config defaults ``head_dim`` to 128; every other supported type uses hidden // heads.
-_DEFAULT_HEAD_DIM = {"qwen3": 128}
 
 
 def _heads(cfg: dict[str, Any], mtype: str, d: int) -> tuple[int, int, int]:
@@ -35,8 +33,8 @@ def _heads(cfg: dict[str, Any], mtype: str, d: int) -> tuple[int, int, int]:
         )
     if cfg.get("head_dim") is not None:
         return heads, kv_heads, as_int("head_dim", cfg["head_dim"], 1)
-    if mtype in _DEFAULT_HEAD_DIM:
-        return heads, kv_heads, _DEFAULT_HEAD_DIM[mtype]
+    if mtype in DEFAULT_HEAD_DIM:
+        return heads, kv_heads, DEFAULT_HEAD_DIM[mtype]
     if d % heads:
         raise SpecError(
             where("num_attention_heads"),
@@ -119,7 +117,7 @@ def _bias_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any]:
         bias = flag(cfg, "attention_bias", False)
         mlp_bias = flag(cfg, "mlp_bias", False) if mtype == "deepseek_v2" else False
         return {"qkv_bias": bias, "o_bias": bias, "mlp_bias": mlp_bias}
-    return {}  # mistral, mixtral: no biases
+    return {}  # mistral, mixtral, phi3: no biases; gemma: see hf_variants
 
 
 def spec_fields_from_hf(cfg: dict[str, Any], name: str | None) -> dict[str, Any]:
@@ -147,9 +145,10 @@ def spec_fields_from_hf(cfg: dict[str, Any], name: str | None) -> dict[str, Any]
         "head_dim": head_dim,
         "intermediate_size": pos(cfg, "intermediate_size"),
         "vocab_size": pos(cfg, "vocab_size"),
-        "tie_word_embeddings": flag(cfg, "tie_word_embeddings", False),
+        "tie_word_embeddings": flag(cfg, "tie_word_embeddings", mtype in TIED_BY_DEFAULT),
         "max_position_embeddings": opt(cfg, "max_position_embeddings", 32768),
         **_bias_fields(cfg, mtype),
+        **variant_fields(cfg, mtype, num_layers),
     }
     moe = _moe_fields(cfg, mtype)
     if moe is not None:

@@ -16,6 +16,10 @@ FLOP conventions (one multiply-add = 2 FLOPs):
   tiles and gets close to it). ``attention="full"`` counts ``T·(c+T)`` pairs: what a dense,
   masked kernel (eager attention) computes and what ``torch.utils.flop_counter`` reports, also
   for SDPA, whose formula ignores ``is_causal``.
+- sliding-window layers (Mistral, Gemma 2/3, Phi-3): a query at position ``p`` sees keys
+  ``p-W+1..p``, so ``min(p+1, W)`` pairs under the causal count, and such a layer caches only the
+  last ``W`` tokens (vLLM frees older blocks). The ``"full"`` count stays ``T·(c+T)``: an eager
+  kernel computes the whole score matrix and masks it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from rlperf.errors import SpecError, parse
 from rlperf.inputs.ranges import NumExperts, NumHeads, NumLayers, VocabSize, Width
 from rlperf.specs.base import Spec
 from rlperf.specs.dtypes import bytes_per
-from rlperf.specs.model_blocks import MLPSpec, NormSpec, PositionSpec
+from rlperf.specs.model_blocks import LayerKind, MLPSpec, NormSpec, PositionSpec
 
 AttentionCount = Literal["causal", "full"]
 Recompute = Literal["none", "selective", "full"]
@@ -130,6 +134,9 @@ class ModelSpec(Spec):
     # Width of the token embedding when it differs from hidden_size (OPT-350m's
     # word_embed_proj_dim): project_in (e -> d) and project_out (d -> e) matrices, no biases.
     embedding_size: int | None = Field(default=None, gt=0)
+    # Per-layer token mixer; empty means every layer is full attention.
+    layer_types: tuple[LayerKind, ...] = ()
+    sliding_window: int | None = Field(default=None, gt=0)  # keys a sliding layer sees
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -137,6 +144,10 @@ class ModelSpec(Spec):
             raise ValueError("num_heads must be a multiple of num_kv_heads")
         if self.embedding_size == self.hidden_size:
             raise ValueError("embedding_size is only set when it differs from hidden_size")
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise ValueError("layer_types must list one kind per layer")
+        if ("sliding_attention" in self.layer_types) != (self.sliding_window is not None):
+            raise ValueError("sliding_window is set exactly when some layer is sliding_attention")
         return self
 
     # ------------------------------------------------------------------ construction
@@ -180,6 +191,11 @@ class ModelSpec(Spec):
         return (layer + 1) % m.sparse_step == 0
 
     @cached_property
+    def num_sliding_layers(self) -> int:
+        """Layers whose attention sees only the last ``sliding_window`` tokens."""
+        return sum(1 for k in self.layer_types if k == "sliding_attention")
+
+    @cached_property
     def num_moe_layers(self) -> int:
         return sum(1 for i in range(self.num_layers) if self.is_moe_layer(i))
 
@@ -195,6 +211,8 @@ class ModelSpec(Spec):
             "none": "no positions",
         }[p.kind]
         parts = [mlp, norm, pos] + (["parallel attention+MLP"] if self.parallel_residual else [])
+        if self.num_sliding_layers:
+            parts.append(f"{self.num_sliding_layers}/{self.num_layers} layers sliding window {self.sliding_window}")
         return ", ".join(parts)
 
     @property
@@ -356,22 +374,37 @@ class ModelSpec(Spec):
 
     # ------------------------------------------------------------------ FLOPs
     def attention_pairs(
-        self, num_tokens: int, context_tokens: int = 0, attention: AttentionCount = "causal"
+        self,
+        num_tokens: int,
+        context_tokens: int = 0,
+        attention: AttentionCount = "causal",
+        window: int | None = None,
     ) -> float:
         """(query, key) pairs per layer and head for ``num_tokens`` new tokens after
-        ``context_tokens`` cached ones."""
+        ``context_tokens`` cached ones; ``window`` bounds the keys of each query (causal count)."""
         t, c = float(num_tokens), float(context_tokens)
         if attention == "full":
             return t * (c + t)
-        return t * c + t * (t + 1.0) / 2.0
+        if window is None or c + t <= window:
+            return t * c + t * (t + 1.0) / 2.0
+        # Query n (1-based position c+1..c+t) sees min(n, W) keys.
+        w, first = float(window), c + 1.0
+        if first > w:
+            return t * w
+        ramp = (first + w) * (w - first + 1.0) / 2.0  # queries c+1..W see all before them
+        return ramp + (c + t - w) * w
 
     def attention_flops(
         self, num_tokens: int, context_tokens: int = 0, attention: AttentionCount = "causal"
     ) -> float:
         """Score and value FLOPs (QKᵀ and AV) over all layers, forward."""
-        pairs = self.attention_pairs(num_tokens, context_tokens, attention)
         per_pair = 2.0 * self.num_heads * (self.q_head_dim + self.v_head_dim)
-        return self.num_layers * per_pair * pairs
+        full = self.attention_pairs(num_tokens, context_tokens, attention)
+        flops = (self.num_layers - self.num_sliding_layers) * per_pair * full
+        if self.num_sliding_layers:
+            windowed = self.attention_pairs(num_tokens, context_tokens, attention, self.sliding_window)
+            flops += self.num_sliding_layers * per_pair * windowed
+        return flops
 
     def linear_flops(self, num_tokens: int) -> float:
         """Weight-matmul FLOPs of a forward pass over ``num_tokens`` tokens (incl. LM head)."""
@@ -408,11 +441,27 @@ class ModelSpec(Spec):
     # ------------------------------------------------------------------ bytes
     def kv_bytes_per_token(self, dtype: str = "bf16") -> float:
         """KV-cache bytes per token over all layers. MLA caches the compressed latent plus the
-        shared RoPE key (DeepSeek-V2 paper §2.1.2), as vLLM/SGLang do."""
+        shared RoPE key (DeepSeek-V2 paper §2.1.2), as vLLM/SGLang do. Sliding-window layers are
+        counted as if they kept every token: the bound for sequences up to ``sliding_window``
+        long; :meth:`kv_bytes` gives one sequence's cache with the window applied."""
         b = bytes_per(dtype)
         if self.mla is not None:
             return self.num_layers * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * b
         return 2.0 * self.num_layers * self.num_kv_heads * self.head_dim * b
+
+    def kv_bytes(self, num_tokens: int, dtype: str = "bf16") -> float:
+        """KV-cache bytes of one sequence of ``num_tokens`` tokens: full-attention layers keep
+        every token, sliding layers at most ``sliding_window``."""
+        per_layer_token = self.kv_bytes_per_token(dtype) / self.num_layers
+        full = self.num_layers - self.num_sliding_layers
+        kept = full * num_tokens
+        if self.sliding_window is not None:
+            kept += self.num_sliding_layers * min(num_tokens, self.sliding_window)
+        return per_layer_token * kept
+
+    def kv_bytes_per_token_at(self, num_tokens: int, dtype: str = "bf16") -> float:
+        """Average KV-cache bytes per token of a sequence ``num_tokens`` long (window applied)."""
+        return self.kv_bytes(num_tokens, dtype) / max(num_tokens, 1)
 
     def weight_bytes(self, dtype: str = "bf16") -> float:
         return self.num_params * bytes_per(dtype)

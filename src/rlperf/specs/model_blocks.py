@@ -26,6 +26,8 @@ from rlperf.specs.base import Spec
 
 NormKind = Literal["rmsnorm", "layernorm"]
 PositionKind = Literal["rotary", "learned", "none"]
+# What a layer's token mixer is: attention over every earlier token, or over a sliding window.
+LayerKind = Literal["full_attention", "sliding_attention"]
 
 
 class MLPSpec(Spec):

@@ -241,3 +241,13 @@ def test_verl_refuses_what_its_matrix_does_not_mark_supported() -> None:
 def test_concrete_plan_sets_dp_and_replicas() -> None:
     p = concrete_plan(Plan(placement=Placement(kind="disaggregated", rollout_gpus=8)), 32)
     assert p.layouts["actor"].dp == 24 and p.rollout.replicas == 8 // p.rollout.tp
+
+
+def test_analyze_and_simulate_give_one_step_time() -> None:
+    sc, _ = build_scenario(**QUESTION)
+    assert rlperf.analyze(sc).step_predicted_s == rlperf.simulate(sc).step_time_s
+
+
+def test_missing_scenario_file_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(["analyze", "no/such/file.yaml"], capsys)
+    assert code == 2 and out == "" and "file not found: no/such/file.yaml" in err

@@ -94,8 +94,9 @@ def analyze(sc: object) -> WorkDepthReport:
     from rlperf.sim.run import run_scenario
 
     assert isinstance(sc, Scenario)
-    sim = sc.spec.simulation.model_copy(update={"iterations": max(2, sc.spec.simulation.warmup + 1)})
-    r = run_scenario(Scenario(sc.spec.model_copy(update={"simulation": sim}), sc.models, sc.cluster, sc.workload, sc.algorithm))
+    # The scenario's own iterations, as `rlperf simulate` runs them: one number per question
+    # (a shorter run samples other batches and gives another step time).
+    r = run_scenario(sc)
     pools = {p.name: p.num_gpus for p in r.pools}
     rows = []
     for s in r.stages:

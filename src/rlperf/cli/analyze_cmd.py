@@ -18,8 +18,10 @@ def analyze_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the numbers as JSON"),
 ) -> None:
     """Work, depth, parallelism W/D and the bounds max(W/P, D) <= T_P <= W/P + D per stage."""
+    from rlperf.api import load
     from rlperf.workdepth import STAGES, STRATEGIES, analyze
 
+    sc = None if symbolic_only else load(scenario)  # validate before printing anything
     if not as_json:
         for title, rows in (("work-depth per stage (symbolic)", STAGES), ("per parallelism strategy (symbolic)", STRATEGIES)):
             t = table(title, "what", "work", "depth", "communication", "memory per device")
@@ -28,11 +30,9 @@ def analyze_cmd(
             console.print(t)
         console.print("[dim]P parameters, N=B·G responses, L=L_p+L_r, n_l layers, h hidden, e epochs, M mini-batches, "
                       "d/t/p/c/x dp/tp/pp/cp/ep, m micro-batches, s staleness, b bytes/element, t_l per-layer latency[/]")
-    if symbolic_only:
+    if sc is None:
         return
-    from rlperf.scenario import load_scenario
-
-    rep = analyze(load_scenario(scenario))
+    rep = analyze(sc)
     if as_json:
         typer.echo(json.dumps(asdict(rep), indent=1, default=float))
         return
@@ -45,4 +45,5 @@ def analyze_cmd(
     console.print(t)
     console.print(f"step: predicted {fmt_s(rep.step_predicted_s)}, lower bound {fmt_s(rep.step_lower_bound_s)} "
                   f"(W = {rep.iteration_work_s:,.0f} GPU·s over {rep.num_gpus} GPUs, iteration depth {fmt_s(rep.iteration_depth_s)}); "
-                  f"gap {rep.step_predicted_s / rep.step_lower_bound_s:.2f}x")
+                  f"gap {rep.step_predicted_s / rep.step_lower_bound_s:.2f}x; the simulation `rlperf simulate` runs "
+                  f"(same iterations, same step time)")

@@ -180,6 +180,9 @@ def render_answer(ans: PlanAnswer) -> None:
             console.print(f"  note: {n}", markup=False, highlight=False)
     elif ans.framework:
         console.print(f"[dim]rlperf writes no {ans.framework} config (export: verl, openrlhf)[/]")
+    console.print("[dim]each plan is simulated for a few iterations (sync: 1 warm-up + 1); `rlperf simulate` and "
+                  "`rlperf analyze` run a scenario's own iterations (other sampled batches), so their step time of "
+                  "the same plan differs by that sampling[/]")
     console.print(f"[dim]{res.considered} candidates, {len(res.rejected)} rejected, {res.elapsed_s:.1f} s; "
                   + "; ".join(res.notes) + "[/]")
 

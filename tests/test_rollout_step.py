@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from rlperf.catalog import load_model
 from rlperf.specs.hardware_catalog import make_cluster
 from rlperf.specs.parallel import EngineLayout
-from rlperf.stages.rollout_step import KERNELS_PER_LAYER, Run, StepModel, envelope_sum
+from rlperf.stages.rollout_step import SAMPLER_PASSES, KERNELS_PER_LAYER, Run, StepModel, envelope_sum
 
 QWEN7 = load_model("Qwen2.5-7B")
 H100 = make_cluster("H100", num_gpus=64)
@@ -78,8 +78,10 @@ def test_large_batch_decode_is_compute_bound() -> None:
     run = step.run(b, 0, 0, 0.0)
     peak = H100.accelerator.peak("bf16") * H100.profile.matmul_eff("bf16")
     linear = b * QWEN7.linear_flops(1) / peak
-    assert run.step_s(0) >= linear
-    assert run.step_s(0) == pytest.approx(linear, rel=0.02)
+    sampler = b * QWEN7.vocab_size * 4 * SAMPLER_PASSES / (H100.accelerator.hbm_bandwidth_bytes_per_s * H100.profile.decode_hbm_efficiency)
+    assert step.sampler_s(b) == pytest.approx(sampler)  # tp = 1: no logits gather
+    assert run.step_s(0) >= linear + sampler
+    assert run.step_s(0) == pytest.approx(linear + sampler, rel=0.02)
 
 
 def test_step_time_grows_with_batch_and_context() -> None:
@@ -152,3 +154,50 @@ def test_host_overhead_is_added_to_every_step_and_is_not_work() -> None:
     for b, ctx, n in ((1, 100, 1), (64, 64 * 5_000, 300), (512, 0, 7)):
         assert step.run(b, ctx, 0, 0.0).time_s(n) == pytest.approx(base.run(b, ctx, 0, 0.0).time_s(n) + n * overhead)
         assert step.run(b, ctx, 0, 0.0).fixed == pytest.approx(base.run(b, ctx, 0, 0.0).fixed + overhead)
+
+
+def test_moe_decode_reads_the_touched_experts_of_the_busiest_rank() -> None:
+    moe = load_model("Qwen3-30B-A3B")  # 128 experts, top-8
+    sharded = StepModel.build(moe, H100, EngineLayout(tp=4))
+    ep = StepModel.build(moe, H100, EngineLayout(tp=4, ep=4))
+    e, k = 128, 8
+    for n in (1, 4, 32, 256):
+        assert sharded.experts_read(n) == pytest.approx(e * (1 - (1 - k / e) ** n))
+        # whole experts on 4 ranks: the busiest holds at least the mean and at most its 32
+        assert e / 4 * (1 - (1 - k / e) ** n) <= ep.experts_read(n) <= 32
+    assert ep.experts_read(4096) == pytest.approx(32)  # every local expert touched
+    reads = [ep.experts_read(n) for n in (1, 2, 8, 64)]
+    assert reads == sorted(reads)
+    # the same mean bytes: a sharded GPU reads 1/4 of every touched expert, an ep rank whole experts
+    assert ep.expert_bytes_per_gpu == pytest.approx(4 * sharded.expert_bytes_per_gpu)
+
+
+def test_decode_breakdown_adds_up_to_the_step_and_names_its_sources() -> None:
+    from rlperf.scenario import load_scenario
+    from rlperf.stages.rollout_breakdown import decode_step_breakdown, representative_step
+
+    moe = load_model("Qwen3-30B-A3B")
+    lay = EngineLayout(tp=4, ep=4)
+    bd = decode_step_breakdown(moe, H100, lay, 64, 64 * 3000.0)
+    step = StepModel.build(moe, H100, lay)
+    assert bd.step_s == pytest.approx(step.run(64, 64 * 3000.0, 0, 0.0).step_s(0), rel=1e-9)
+    names = " ".join(t.name for t in bd.terms)
+    assert "MoE experts read" in names and "tp all-reduce" in names and "sampler" in names
+    assert all(t.source for t in bd.terms)
+    rep = representative_step(load_scenario("gspo-qwen3-30b-a3b"))
+    assert rep.num_decode > 0 and rep.experts_read > 0
+
+
+def test_simulate_prints_the_decode_step_with_moe_and_communication_terms(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from rlperf.cli.render import console
+    from rlperf.cli.simulate_cmd import render_decode_step
+    from rlperf.scenario import load_scenario
+
+    monkeypatch.setattr(console, "width", 400)  # one line per term
+
+    for name in ("gspo-qwen3-30b-a3b", "grpo-deepseek-v3-h20"):
+        render_decode_step(load_scenario(name))
+        out = capsys.readouterr().out
+        for term in ("MoE experts read", "tp all-reduce", "sampler", "engine host overhead", "profiles", "hardware.yaml"):
+            assert term in out, (name, term)
+    assert "across 4 nodes" in out  # DeepSeek-V3's TP-32 engine spans four 8-GPU nodes

@@ -288,7 +288,7 @@ def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch:
 
     monkeypatch.setattr(cal, "run_cases", fake_run)
     res = cal.fit(cf.cases)
-    assert res.factor_map == {"compute": 1.15, "decode": 0.8, "engine_step": 0.0, "sync_tensor": 1e-3}
+    assert res.factor_map == {"compute": 1.15, "decode": 0.8, "engine_step": 0.0, "engine_load": 0.0, "sync_tensor": 1e-3}
     assert res.objective_after == pytest.approx(0.0, abs=1e-12)
     assert res.objective_before > 0.1
     assert res.num_cases == 3
@@ -300,7 +300,34 @@ def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch:
     assert loaded.matmul_efficiency == pytest.approx(min(1.0, shipped.matmul_efficiency * 1.15), abs=1e-4)
     assert loaded.hbm_efficiency == shipped.hbm_efficiency
     assert loaded.weight_sync_tensor_overhead_s == 1e-3 and loaded.engine_step_overhead_s == 0.0
-    assert cal.describe(res.factors) == "compute x1.15, decode x0.8, engine_step = 0 ms, sync_tensor = 1 ms"
+    assert cal.describe(res.factors) == "compute x1.15, decode x0.8, engine_load = 0 ms, engine_step = 0 ms, sync_tensor = 1 ms"
+
+
+def test_fit_never_makes_a_metric_of_its_split_worse(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A synthetic model where lowering ``compute`` fixes two step times (lowering the mean
+    |ln| loss) but doubles the error of the one stage time: every such point is infeasible, so
+    the fit keeps the stage time's median and settles where no metric gets worse."""
+    import rlperf.calibration as cal
+
+    cases = tuple(_case(id=i, source_url="https://example.org/d", **kw) for i, kw in (
+        ("a", {}), ("b", {}), ("s", {"metric": {"kind": "stage_time_s", "stages": ["generate"]}})))
+    cf = load_cases(_write(tmp_path, _file(*cases)), check=False)
+
+    def fake_run(cases, scale=(), jobs=1, profile_path=None):  # type: ignore[no-untyped-def]
+        c = dict(scale).get("compute", 1.0)
+        out = []
+        for case in cases:
+            off = 1.3 / c if case.id != "s" else 1.1 / c ** 2
+            out.append(_r(case.spec.measured, case.spec.measured * off, metric=case.spec.metric.kind))
+        return tuple(out)
+
+    monkeypatch.setattr(cal, "run_cases", fake_run)
+    res = cal.fit(cf.cases)
+    shipped = fake_run(cf.cases)
+    assert not cal.worse_than(fake_run(cf.cases, cal.as_scale(res.factor_map)), shipped)
+    assert res.objective_after <= res.objective_before
+    assert res.factor_map["compute"] >= 1.0  # lower compute would worsen the stage time
+    assert cal.worse_than(fake_run(cf.cases, (("compute", 0.8),)), shipped)
 
 
 # ---------------------------------------------------------------------------- CLI

@@ -105,3 +105,32 @@ def test_tensor_by_tensor_sync_pays_the_profile_cost_per_checkpoint_tensor(per_t
             assert cost.component("per_tensor") == pytest.approx(extra)
             assert cost.work_s == base.work_s  # host time, not device work
             _single_chain(cost)
+
+
+def test_bucketed_sync_pays_per_bucket_and_hides_the_reload_behind_the_transfer() -> None:
+    """Per tensor: N x (call + reload) on top of the bytes. Bucketed: one call per bucket of the
+    engine shard, the reload overlapping the transfer: 18.9k MoE tensors cost 18.9k calls tensor
+    by tensor and a few dozen bucketed."""
+    from rlperf.specs.plan import WeightSync
+
+    call, reload = 1e-3, 2e-4
+    prof = NODES2.profile.model_copy(update={"weight_sync_tensor_overhead_s": call, "engine_load_tensor_overhead_s": reload})
+    cl = NODES2.model_copy(update={"profile": prof})
+    moe = load_model("Qwen3-30B-A3B")
+    n = moe.num_weight_tensors
+    lay, eng = TrainLayout(dp=4, tp=2, zero_stage=1), EngineLayout(tp=2, replicas=4)
+    base = broadcast_disaggregated(moe, NODES2, lay, eng)
+    per_tensor = broadcast_disaggregated(moe, cl, lay, eng)
+    assert per_tensor.time_s == pytest.approx(base.time_s + n * (call + reload))
+    bucket = 256e6
+    bucketed = broadcast_disaggregated(moe, cl, lay, eng, sync=WeightSync(transfer="bucketed", bucket_bytes=bucket))
+    shard_bytes = moe.weight_bytes("bf16") / 2  # tp 2 engine, bf16
+    buckets = bucketed.component("per_bucket") / call
+    assert buckets == pytest.approx(round(buckets)) and abs(buckets - shard_bytes / bucket) <= 1.5
+    transfer = base.component("broadcast")
+    assert bucketed.component("reload") == pytest.approx(max(0.0, n * reload - transfer))
+    expected = base.time_s + buckets * call + max(0.0, n * reload - transfer)
+    assert bucketed.time_s == pytest.approx(expected)
+    assert bucketed.time_s < per_tensor.time_s / 5
+    _single_chain(bucketed)
+    _single_chain(per_tensor)

@@ -73,7 +73,22 @@ def simulate_cmd(
         typer.echo(text)
         return
     render_result(r)
+    render_decode_step(sc)
     console.print(f"wrote {res_path} and {trace_path} (open the trace in https://ui.perfetto.dev)")
+
+
+def render_decode_step(sc: object) -> None:
+    """One representative rollout decode step, term by term with each term's source."""
+    from rlperf.scenario import Scenario
+    from rlperf.stages.rollout_breakdown import representative_step
+
+    assert isinstance(sc, Scenario)
+    bd = representative_step(sc)
+    t = table(f"rollout decode step: {bd.num_decode} sequences per replica, {bd.context_tokens:,.0f} context tokens "
+              f"(step {fmt_s(bd.step_s)}, {bd.bound}-bound)", "term", "time", "side", "source")
+    for term in bd.terms:
+        t.add_row(term.name, fmt_s(term.time_s), term.side, term.source)
+    console.print(t)
 
 
 @app.command("scenarios")

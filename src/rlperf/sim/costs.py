@@ -170,8 +170,9 @@ class AnalyticCosts:
         lay = self._train_layout("actor", train_gpus)
         engine = self._engine(rollout_gpus)
         if same_pool:
-            return ws.reshard_colocated(actor, self.cluster(train_gpus), lay, engine)
-        return ws.broadcast_disaggregated(actor, self.cluster(rollout_gpus + train_gpus), lay, engine)
+            return ws.reshard_colocated(actor, self.cluster(train_gpus), lay, engine, sync=self.plan.weight_sync)
+        return ws.broadcast_disaggregated(actor, self.cluster(rollout_gpus + train_gpus), lay, engine,
+                                          sync=self.plan.weight_sync)
 
     def phase_switch(self, gpus: int, to: Literal["rollout", "train"]) -> StageCost:
         from rlperf.stages import weight_sync as ws

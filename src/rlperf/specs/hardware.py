@@ -118,6 +118,7 @@ class HardwareProfile(Spec):
     engine_layer_overhead_s: OverheadSeconds | None = None
     # Host-side cost per weight tensor of a trainer -> engine weight sync that goes tensor by
     # tensor (verl: gather, send and load_weights per tensor; stages.weight_sync). None: nothing.
+    # (per transfer call: one per tensor, or one per bucket; WeightSync.transfer)
     weight_sync_tensor_overhead_s: OverheadSeconds | None = None
     # NCCL protocols (cost.collectives): the bandwidth protocol (Simple/LL128) pays a fixed
     # start-up of collective_simple_latency_s per call on top of the per-step alphas; the
@@ -130,6 +131,13 @@ class HardwareProfile(Spec):
     # dispatch, autograd, hooks; stages.pass_cost). None: nothing added.
     megatron_layer_overhead_s: OverheadSeconds | None = None
     fsdp_layer_overhead_s: OverheadSeconds | None = None
+    # The engine's load_weights per checkpoint tensor (reload after a sync, both transfer modes;
+    # stages.weight_sync). None: nothing.
+    engine_load_tensor_overhead_s: OverheadSeconds | None = None
+    # MoE decode with expert parallelism: the busiest rank's distinct experts read per step over
+    # the uniform-routing figure (popular experts; stages.rollout_step). None: 1 (no published
+    # figure, and no calibration case could identify it).
+    moe_routing_imbalance: float | None = Field(default=None, ge=1)
     source: str = ""
     provenance: dict[str, str] = Field(default_factory=dict)  # field -> derivation and source url
 

@@ -106,6 +106,18 @@ class ExecutionMode(Spec):
         return mode_of(self).staleness
 
 
+class WeightSync(Spec):
+    """How the trainer's weights reach the engine (rlperf.stages.weight_sync).
+
+    - ``per_tensor``: one transfer call per checkpoint tensor (verl's default NCCL / IPC sync:
+      gather, send and ``load_weights`` tensor by tensor).
+    - ``bucketed``: tensors packed into buckets of ``bucket_bytes``, one transfer call per bucket,
+      transfer and engine reload pipelined (checkpoint-engine, SGLang/vLLM bucketed updates)."""
+
+    transfer: Literal["per_tensor", "bucketed"] = "per_tensor"
+    bucket_bytes: float = Field(default=512e6, gt=0)
+
+
 class Plan(Spec):
     placement: Placement = Placement()
     rollout: EngineLayout = EngineLayout()
@@ -115,6 +127,7 @@ class Plan(Spec):
     # Colocated: offload training states to host while the rollout engine runs, and free the
     # engine's KV cache/weights while training (verl param/optimizer offload, vLLM sleep mode).
     offload_between_phases: bool = True
+    weight_sync: WeightSync = WeightSync()
 
     @model_validator(mode="after")
     def _check(self) -> Plan:

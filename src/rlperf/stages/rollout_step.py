@@ -10,15 +10,31 @@ over the ``pp`` stages, i.e. the path of one micro-batch through the pipeline; w
 micro-batches in flight the token-proportional terms divide by their number, see
 :meth:`StepModel.run`):
 
-    step = max(compute, memory, launch floor) + communication + host overhead
+    step = max(compute, memory, launch floor) + communication + sampler + host overhead
     compute = linear FLOPs / (tp · peak · matmul_eff) + attention FLOPs / (tp · peak · attention_eff)
     memory  = (streamed weight bytes + KV bytes read + KV bytes written) per GPU
               / (HBM bandwidth · decode_hbm_efficiency)
     communication = 2·L all-reduces of the step's activations over the tp group (after the
                     attention and the MLP of every layer, Megatron TP; Shoeybi et al. 2019)
                     + (pp-1) stage hand-offs (one point-to-point send of the activations)
+                    + the all-gather of the vocab-parallel logits over the tp group (b · V fp32)
+    sampler = b · V · 4 bytes · SAMPLER_PASSES / (HBM bandwidth · decode_hbm_efficiency)
     launch floor = graph_kernel_launch_s · KERNELS_PER_LAYER · L
     host overhead = engine_step_overhead_s + engine_layer_overhead_s · L  (profile; 0 when unset)
+
+Decode messages are tiny (``b · d`` activations, a few hundred KB), so the all-reduces are
+latency-bound: their cost is the collectives module's alpha-beta model with the profile's
+per-step latencies (nccl-tests figures, data/profiles.yaml), across nodes when the tp group
+spans nodes (a TP-32 engine on 8-GPU nodes). vLLM's expert parallelism with tensor-parallel
+attention (``enable_expert_parallel``) keeps every token on every rank: each rank runs its
+local experts and the layer ends with the same all-reduce, so ``ep`` adds no all-to-all here
+(an all-to-all dispatch needs data-parallel attention, which EngineLayout does not express).
+
+The sampler reads the step's logits (one fp32 row of ``V`` per sampled sequence) after the
+forward: the LM head writes them, the temperature / softmax pass reads and writes them, and the
+sampling kernel reads the probabilities: ``SAMPLER_PASSES = 4`` full passes over ``b · V · 4``
+bytes (a structural count of vLLM's sampler with top-p = 1 and top-k off, the RL default; a
+sort for top-p/top-k would add more). It runs after the forward, so it is added.
 
 The host overhead is the engine's own CPU work per step that the GPU waits for: scheduling the
 batch, preparing its inputs, sampler bookkeeping, processing the outputs (vLLM's v0.6 blog:
@@ -46,8 +62,15 @@ Weights streamed per step: every matmul weight (the embedding table is only gath
 rows, and is not counted; the LM head is). For a mixture of experts, a layer reads only the
 experts its tokens are routed to. With ``n`` tokens each choosing ``k`` of ``E`` experts
 (assumed uniform and independent), the expected number of distinct experts touched is
-``E · (1 - (1 - k/E)^n)``: ``k`` at ``n = 1``, approaching ``E`` for large batches. Expert
-weights are assumed spread evenly over the replica's GPUs (tp-sharded, or ep with balanced load).
+``E · (1 - (1 - k/E)^n)``: ``k`` at ``n = 1``, approaching ``E`` for large batches. With the
+experts tp-sharded (``ep = 1``) every GPU reads ``1/tp`` of each touched expert. With expert
+parallelism each of the ``r = ep / pp`` ranks of a stage holds ``E / r`` whole experts, and the
+step waits for the rank that touched the most: each local expert is touched with probability
+``q = 1 - (1 - k/E)^n``, so a rank's count is Binomial(E/r, q) and the busiest of ``r`` ranks
+touches about ``mean + sd · sqrt(2 ln r)`` (the Gaussian bound on the expected maximum of ``r``
+draws), at most ``E / r``. Routing that is not uniform (popular experts) is the profile's
+``moe_routing_imbalance`` factor on that count (default 1: no published figure; it could only be
+fitted on MoE decode cases with published lengths, and the calibration split holds none).
 
 KV bytes per GPU: the KV heads a tp rank holds (:func:`rlperf.cost.memory_params.kv_heads_per_device`,
 the same count the memory model uses: split up to ``num_kv_heads`` ways, replicated beyond;
@@ -70,12 +93,17 @@ from typing import overload
 
 import numpy as np
 
-from rlperf.cost.collectives import all_reduce, group_for, p2p
+from rlperf.cost.collectives import all_gather, all_reduce, group_for, p2p
 from rlperf.cost.memory_params import kv_heads_per_device
 from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout
+
+# Full passes of the sampler over the step's fp32 logits (LM-head write, softmax read + write,
+# sampling read): see the module docstring. Structural, not fitted.
+SAMPLER_PASSES = 4
+_LOGIT_BYTES = 4  # fp32 logits
 
 # Kernels launched per layer in a decode step of a fused vLLM-style layer: input norm, QKV
 # GEMM, rotary, attention, output GEMM, post-attention norm, gate-up GEMM, activation, down
@@ -108,16 +136,21 @@ class StepModel:
     hbm_bytes_per_s: float  # one GPU, decode streaming
     # bytes per GPU summed over the pp stages
     dense_weight_bytes_per_gpu: float  # all streamed weights except routed experts
-    expert_bytes_per_gpu: float  # one routed expert in every MoE layer
+    expert_bytes_per_gpu: float  # one routed expert in every MoE layer (its 1/tp share if ep = 1)
     kv_bytes_per_token_per_gpu: float
     num_experts: int  # 0 for a dense model
     experts_per_token: int
     floor_s: float  # kernel-launch floor per step
     overhead_s: float  # host-side engine cost per step (added, as communication is)
+    expert_ranks: int = 1  # ranks of a stage holding whole experts (ep / pp); 1: tp-sharded
+    routing_imbalance: float = 1.0  # busiest rank's touched experts over the uniform-routing figure
+    vocab_size: int = 0
+    sampler_s_per_seq: float = 0.0  # sampler HBM time per sampled sequence
     # communication, filled lazily per token count
     _comm_cache: dict[tuple[int, int], float] = field(
         default_factory=dict, compare=False, repr=False
     )
+    _gather_cache: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
     _cluster: Cluster | None = field(default=None, compare=False, repr=False)
     _act_bytes: float = field(default=2.0, compare=False, repr=False)
 
@@ -137,6 +170,9 @@ class StepModel:
         )
         launch_s = prof.graph_kernel_launch_s if cuda_graphs else prof.kernel_launch_s
         moe = model.moe
+        hbm = acc.hbm_bandwidth_bytes_per_s * prof.decode_hbm_efficiency
+        whole_experts = moe is not None and layout.ep > 1
+        expert_ranks = max(1, layout.ep // pp) if whole_experts else 1
         return cls(
             tp=tp,
             pp=pp,
@@ -148,14 +184,18 @@ class StepModel:
             attention_flops_per_pair=model.attention_flops(1, 0),
             matmul_flops_per_s=tp * peak * prof.matmul_eff(layout.dtype),
             attention_flops_per_s=tp * peak * prof.attention_efficiency,
-            hbm_bytes_per_s=acc.hbm_bandwidth_bytes_per_s * prof.decode_hbm_efficiency,
+            hbm_bytes_per_s=hbm,
             dense_weight_bytes_per_gpu=streamed_dense * wbytes / tp,
-            expert_bytes_per_gpu=expert_params * wbytes / tp,
+            expert_bytes_per_gpu=expert_params * wbytes / (1 if whole_experts else tp),
             kv_bytes_per_token_per_gpu=model.kv_bytes_per_token(layout.kv_dtype) * kv_share,
             num_experts=moe.num_experts if moe is not None else 0,
             experts_per_token=moe.experts_per_token if moe is not None else 0,
             floor_s=launch_s * KERNELS_PER_LAYER * model.num_layers,
             overhead_s=prof.engine_step_s(model.num_layers),
+            expert_ranks=expert_ranks,
+            routing_imbalance=prof.moe_routing_imbalance or 1.0,
+            vocab_size=model.vocab_size,
+            sampler_s_per_seq=model.vocab_size * _LOGIT_BYTES * SAMPLER_PASSES / hbm,
             _cluster=cluster,
             _act_bytes=wbytes,
         )
@@ -165,13 +205,45 @@ class StepModel:
         """Weight bytes one GPU streams in a step that processes ``num_tokens`` tokens."""
         if self.num_experts == 0:
             return self.dense_weight_bytes_per_gpu
-        e, k = self.num_experts, self.experts_per_token
         if isinstance(num_tokens, np.ndarray):
             # Python's pow, as for one run: numpy's may differ in the last bit.
             sizes, where = np.unique(num_tokens, return_inverse=True)
             return np.array([self.weight_bytes_per_gpu(t) for t in sizes.tolist()])[where]
-        touched = e * (1.0 - (1.0 - k / e) ** num_tokens)
-        return self.dense_weight_bytes_per_gpu + touched * self.expert_bytes_per_gpu
+        return self.dense_weight_bytes_per_gpu + self.experts_read(num_tokens) * self.expert_bytes_per_gpu
+
+    def experts_read(self, num_tokens: int) -> float:
+        """Routed experts (per MoE layer) whose weights the busiest GPU reads in a step over
+        ``num_tokens`` tokens: all touched ones (tp-sharded, a 1/tp slice each), or the busiest
+        expert-parallel rank's whole local experts (see the module docstring)."""
+        e, k, r = self.num_experts, self.experts_per_token, self.expert_ranks
+        q = 1.0 - (1.0 - k / e) ** num_tokens
+        if r == 1:
+            return e * q
+        local = e / r
+        busiest = local * q + math.sqrt(local * q * (1.0 - q) * 2.0 * math.log(r))
+        return min(local, busiest * self.routing_imbalance)
+
+    def sampler_s(self, num_seqs: Count) -> Coef:
+        """Sampling over the vocabulary for ``num_seqs`` sequences: the logits' HBM passes plus
+        the all-gather of the vocab-parallel logits over the tp group."""
+        if isinstance(num_seqs, np.ndarray):
+            sizes, where = np.unique(num_seqs, return_inverse=True)
+            return np.array([self.sampler_s(int(b)) for b in sizes.tolist()])[where].reshape(num_seqs.shape)
+        if num_seqs <= 0:
+            return 0.0
+        return num_seqs * self.sampler_s_per_seq + self.logits_gather_s(num_seqs)
+
+    def logits_gather_s(self, num_seqs: int) -> float:
+        if self.tp == 1 or self.vocab_size == 0:
+            return 0.0
+        hit = self._gather_cache.get(num_seqs)
+        if hit is None:
+            cluster = self._cluster
+            assert cluster is not None
+            out = num_seqs * self.vocab_size * _LOGIT_BYTES
+            hit = all_gather(cluster, out, group_for(cluster, self.tp)).time_s
+            self._gather_cache[num_seqs] = hit
+        return hit
 
     def comm_s(self, num_tokens: Count, num_microbatches: Count = 1) -> Coef:
         """TP all-reduces and PP hand-offs of one step over ``num_tokens`` tokens split into
@@ -259,7 +331,8 @@ class StepModel:
         c0 = c0 + (attn_s * (context_tokens + b) + prefill_s_per_token * c / mb)
         weights_s = self.weight_bytes_per_gpu(-(-n_tok // mb)) / self.hbm_bytes_per_s
         m0 = weights_s + kv_s * (context_tokens + b + c)
-        return c0, attn_s * b, m0, kv_s * b, self.comm_s(n_tok, mb) + self.overhead_s
+        fixed = self.comm_s(n_tok, mb) + self.sampler_s(b) + self.overhead_s
+        return c0, attn_s * b, m0, kv_s * b, fixed
 
     def num_microbatches(self, num_seqs: Count) -> Count:
         """Pipeline micro-batches of a step over ``num_seqs`` sequences: ``min(pp, num_seqs)``,

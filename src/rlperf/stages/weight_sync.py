@@ -25,14 +25,23 @@ not work), so ``lower_bound_s() == time_s``.
     The sending trainer GPU first gathers its shard from the training layout as in (a); as in
     verl's tensor-by-tensor sync, gather and broadcast alternate per tensor and are not overlapped.
 
-(a) and (b) also pay a host-side cost per weight tensor when the profile sets one
-(``weight_sync_tensor_overhead_s`` x :attr:`ModelSpec.num_weight_tensors`, the checkpoint
-layout's tensors): verl's default sync goes tensor by tensor, and each tensor costs a gather,
-a send and the engine's ``load_weights`` call, whatever its size. verl's own sync times follow
-the tensor count, not the bytes (0.12 s for Qwen2.5-Math-7B's ~340 tensors, 15.8 s for
-Qwen3-30B-A3B's ~18.9k, 58.6 s for Qwen3-235B-A22B's ~37k: 0.35-1.6 ms per tensor, where the
-bytes take 0.01-1.4 s). No profile ships a figure (it is the framework's, not the hardware's):
-``rlperf validate --calibrate`` fits one on the calibration split.
+(a) and (b) also pay host-side costs that follow the number of tensors, not the bytes
+(verl's own sync times: 0.12 s for Qwen2.5-Math-7B's ~340 checkpoint tensors, 15.8 s for
+Qwen3-30B-A3B's ~18.9k, 58.6 s for Qwen3-235B-A22B's ~37k, where the bytes take 0.01-1.4 s).
+The plan's :class:`rlperf.specs.plan.WeightSync` says how the transfer goes, and two profile
+figures price it (no profile ships either: they are the framework's, not the hardware's;
+``rlperf validate --calibrate`` fits both on the calibration split):
+
+    calls  = N tensors (per_tensor)  or  ceil(engine shard bytes / bucket_bytes) (bucketed)
+    call   = weight_sync_tensor_overhead_s   (one transfer call: handshake, launch, sync)
+    reload = N x engine_load_tensor_overhead_s   (the engine's load_weights, tensor by tensor,
+             on every engine GPU in parallel; MoE checkpoints hold tens of thousands of tensors)
+    per_tensor:  sync = gather + transfer + copy + calls x call + reload     (nothing overlaps)
+    bucketed:    sync = gather + max(transfer, reload) + copy + calls x call  (pipelined)
+
+so one per-call figure serves both: a 45k-tensor refit costs 45k calls tensor by tensor and a
+few hundred buckets bucketed. The ``transfer`` is the NCCL broadcast of (b); on shared GPUs
+(a) the engine reads the gathered shard through CUDA IPC handles (the copy).
 (c) :func:`offload_states` / :func:`engine_sleep` -- model states cross PCIe between phases:
     verl's ``param_offload`` / ``optimizer_offload`` (weights, gradients and optimizer states of
     a training layout, sizes from :func:`rlperf.cost.memory.train_memory`), and vLLM's sleep
@@ -56,6 +65,7 @@ from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout, check_train_layout
+from rlperf.specs.plan import WeightSync
 from rlperf.stages.base import StageCost
 
 
@@ -92,9 +102,19 @@ def _gather_to_engine(
     return cost.time_s, cost.bytes_sent_per_rank, g
 
 
-def _per_tensor_s(model: ModelSpec, cluster: Cluster) -> float:
-    """Host-side cost of going tensor by tensor: the profile's figure per checkpoint tensor."""
-    return model.num_weight_tensors * (cluster.profile.weight_sync_tensor_overhead_s or 0.0)
+def _tensor_terms(
+    model: ModelSpec, cluster: Cluster, sync: WeightSync, shard_bytes: float, transfer_s: float
+) -> tuple[float, tuple[tuple[str, float], ...]]:
+    """(time of transfer + per-call + reload, breakdown) under ``sync`` (module docstring)."""
+    n = model.num_weight_tensors
+    per_call = cluster.profile.weight_sync_tensor_overhead_s or 0.0
+    reload = n * (cluster.profile.engine_load_tensor_overhead_s or 0.0)
+    if sync.transfer == "per_tensor":
+        calls = n * per_call
+        return transfer_s + calls + reload, (("broadcast", transfer_s), ("per_tensor", calls), ("reload", reload))
+    calls = math.ceil(shard_bytes / sync.bucket_bytes) * per_call
+    hidden = max(0.0, reload - transfer_s)  # the reload not hidden behind the transfer
+    return transfer_s + hidden + calls, (("broadcast", transfer_s), ("per_bucket", calls), ("reload", hidden))
 
 
 def _copy_in(cluster: Cluster, params: float, dtype: str) -> tuple[float, float]:
@@ -111,6 +131,7 @@ def reshard_colocated(
     name: str = "weight_sync",
     *,
     gather_full_model: bool = False,
+    sync: WeightSync = WeightSync(),
 ) -> StageCost:
     """In-place reshard from the training layout to the engine layout on the same GPUs (a)."""
     check_train_layout(model, layout, "layout")
@@ -121,14 +142,14 @@ def reshard_colocated(
     gather_s, sent, _ = _gather_to_engine(model, cluster, layout, engine, gather_full_model)
     shard = _engine_shard_params(model, engine)
     copy_s, copy_bytes = _copy_in(cluster, shard, engine.dtype)
-    tensors_s = _per_tensor_s(model, cluster)
+    tensors_s, terms = _tensor_terms(model, cluster, sync, shard * bytes_per(engine.dtype), 0.0)
     time_s = gather_s + copy_s + tensors_s
     work = (copy_s - cluster.profile.kernel_launch_s) * engine.num_gpus
     return StageCost(
         name=name, time_s=time_s, num_gpus=num_gpus, work_s=max(work, 0.0), depth_s=time_s,
         hbm_bytes=copy_bytes * engine.num_gpus, comm_bytes=sent * layout.world_size,
         peak_memory_bytes=shard * bytes_per(engine.dtype),
-        breakdown=tuple((k, v) for k, v in (("gather", gather_s), ("copy", copy_s), ("per_tensor", tensors_s)) if v > 0),
+        breakdown=tuple((k, v) for k, v in (("gather", gather_s), ("copy", copy_s), *terms) if v > 0),
     )
 
 
@@ -138,6 +159,8 @@ def broadcast_disaggregated(
     layout: TrainLayout,
     engine: EngineLayout,
     name: str = "weight_sync",
+    *,
+    sync: WeightSync = WeightSync(),
 ) -> StageCost:
     """Broadcast of the engine-dtype weights from the trainer to every rollout replica (b)."""
     check_train_layout(model, layout, "layout")
@@ -156,8 +179,8 @@ def broadcast_disaggregated(
     group = CommGroup(size=size, ranks_per_node=size if cluster.num_nodes == 1 else per_node)
     bcast = broadcast(cluster, shard_bytes, group)
     copy_s, copy_bytes = _copy_in(cluster, shard, engine.dtype)
-    tensors_s = _per_tensor_s(model, cluster)
-    time_s = gather_s + bcast.time_s + copy_s + tensors_s
+    tensors_s, terms = _tensor_terms(model, cluster, sync, shard_bytes, bcast.time_s)
+    time_s = gather_s + copy_s + tensors_s
     streams = engine.gpus_per_replica
     work = (copy_s - cluster.profile.kernel_launch_s) * engine.num_gpus
     return StageCost(
@@ -165,11 +188,7 @@ def broadcast_disaggregated(
         hbm_bytes=copy_bytes * engine.num_gpus,
         comm_bytes=gather_sent * layout.world_size + bcast.bytes_sent_per_rank * (size - 1) * streams,
         peak_memory_bytes=shard_bytes,
-        breakdown=tuple(
-            (k, v)
-            for k, v in (("gather", gather_s), ("broadcast", bcast.time_s), ("copy", copy_s), ("per_tensor", tensors_s))
-            if v > 0
-        ),
+        breakdown=tuple((k, v) for k, v in (("gather", gather_s), ("copy", copy_s), *terms) if v > 0),
     )
 
 

@@ -1,0 +1,146 @@
+"""One decode step of a rollout engine, term by term, each with where its figure comes from.
+
+The step model (:mod:`rlperf.stages.rollout_step`) times a step as
+
+    step = max(compute, memory, launch floor) + communication + sampler + host overhead
+
+This module splits one step of ``b`` decoding sequences with ``C`` context tokens in total
+(no prefill in the step) into those terms, each named with its source: a hardware figure
+(data/hardware.yaml), a profile field with its provenance (data/profiles.yaml), a structural
+count, or "unset" where no figure is published. The terms inside the max are reported as they
+are; ``bound`` says which side of the max sets the step.
+
+    compute = b · 2·(matmul weights) / (tp · peak · matmul_eff) + (C + b) · attention FLOPs per pair / (tp · peak · attention_eff)
+    memory  = (dense weights + experts read · one expert + (C + b) · KV per token) / (HBM · decode_hbm_efficiency)
+
+``rlperf simulate`` prints it for a representative step of the scenario's rollout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rlperf.cost.collectives import all_reduce, group_for, p2p
+from rlperf.specs.dtypes import bytes_per
+from rlperf.specs.hardware import Cluster
+from rlperf.specs.model import ModelSpec
+from rlperf.specs.parallel import EngineLayout
+from rlperf.stages.rollout_step import SAMPLER_PASSES, StepModel
+
+if TYPE_CHECKING:
+    from rlperf.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class StepTerm:
+    name: str
+    time_s: float
+    side: str  # "compute", "memory", "floor" (inside the max) or "added"
+    source: str
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    num_decode: int
+    context_tokens: float
+    experts_read: float  # per MoE layer, on the busiest GPU (0 for a dense model)
+    terms: tuple[StepTerm, ...]
+
+    def side_s(self, side: str) -> float:
+        return sum(t.time_s for t in self.terms if t.side == side)
+
+    @property
+    def bound(self) -> str:
+        """Which side of the max sets the step."""
+        return max(("compute", "memory", "floor"), key=self.side_s)
+
+    @property
+    def step_s(self) -> float:
+        return max(self.side_s("compute"), self.side_s("memory"), self.side_s("floor")) + self.side_s("added")
+
+
+def _prov(cluster: Cluster, field: str) -> str:
+    got = cluster.profile.provenance.get(field)
+    return f"profiles.yaml {field} = {getattr(cluster.profile, field)} ({got})" if got else f"profiles.yaml {field} = {getattr(cluster.profile, field)}"
+
+
+def decode_step_breakdown(
+    model: ModelSpec, cluster: Cluster, layout: EngineLayout, num_decode: int, context_tokens: float,
+    cuda_graphs: bool = True,
+) -> StepBreakdown:
+    """The terms of one decode step of ``num_decode`` sequences with ``context_tokens`` in total."""
+    step = StepModel.build(model, cluster, layout, cuda_graphs)
+    b, ctx = num_decode, context_tokens
+    mb = int(step.num_microbatches(b))
+    acc = cluster.accelerator
+    hbm_src = f"{acc.id} HBM {acc.hbm_bandwidth_bytes_per_s / 1e12:.2f} TB/s (hardware.yaml) x {_prov(cluster, 'decode_hbm_efficiency')}"
+    peak_src = f"{acc.id} {layout.dtype} peak {acc.peak(layout.dtype) / 1e12:.0f} TFLOP/s (hardware.yaml)"
+    terms = [
+        StepTerm("linear GEMMs", b * step.decode_linear_flops_per_token / step.matmul_flops_per_s / mb, "compute",
+                 f"{peak_src} x matmul_eff({layout.dtype}) {cluster.profile.matmul_eff(layout.dtype)}"),
+        StepTerm("attention", (ctx + b) * step.attention_flops_per_pair / step.attention_flops_per_s / mb, "compute",
+                 f"{peak_src} x {_prov(cluster, 'attention_efficiency')}"),
+        StepTerm("dense weights read", step.dense_weight_bytes_per_gpu / step.hbm_bytes_per_s, "memory", hbm_src),
+    ]
+    read = 0.0
+    if step.num_experts:
+        tokens = -(-b // mb)
+        read = step.experts_read(tokens)
+        where = ("tp-sharded: 1/tp of every touched expert" if step.expert_ranks == 1 else
+                 f"ep: busiest of {step.expert_ranks} ranks, mean + sd*sqrt(2 ln r) of Binomial(E/r, q), "
+                 f"x moe_routing_imbalance {step.routing_imbalance:g}"
+                 + ("" if cluster.profile.moe_routing_imbalance is not None else " (unset: no published figure)"))
+        terms.append(StepTerm(
+            f"MoE experts read ({read:.1f} of {step.num_experts} per layer)",
+            read * step.expert_bytes_per_gpu / step.hbm_bytes_per_s, "memory",
+            f"distinct experts of {tokens} tokens x top-{step.experts_per_token}: E(1-(1-k/E)^n), uniform routing; {where}; {hbm_src}",
+        ))
+    terms.append(StepTerm("KV cache read", (ctx + b) * step.kv_bytes_per_token_per_gpu / step.hbm_bytes_per_s / mb,
+                          "memory", hbm_src))
+    launch = "graph_kernel_launch_s" if cuda_graphs else "kernel_launch_s"
+    terms.append(StepTerm(f"kernel launches ({'CUDA graphs' if cuda_graphs else 'eager'})", step.floor_s, "floor",
+                          f"{_prov(cluster, launch)} x 9 kernels x {model.num_layers} layers"))
+    act = b * model.hidden_size * bytes_per(layout.dtype) / mb
+    if layout.tp > 1:
+        group = group_for(cluster, layout.tp)
+        ar = all_reduce(cluster, act, group)
+        where = "in a node" if group.num_nodes == 1 else f"across {group.num_nodes} nodes"
+        lat = "intra_node_latency_s" if group.num_nodes == 1 else "inter_node_latency_s"
+        moe_note = " (MoE layers: the expert output's all-reduce, vLLM EP with TP attention)" if step.num_experts else ""
+        terms.append(StepTerm(
+            f"tp all-reduce x {2 * model.num_layers} ({act / 1e3:.0f} KB each, {where}){moe_note}",
+            2 * model.num_layers * ar.time_s, "added",
+            f"alpha-beta all-reduce (rlperf.cost.collectives, {ar.algorithm}); {_prov(cluster, lat)}",
+        ))
+        terms.append(StepTerm(
+            f"logits all-gather ({b} x {model.vocab_size:,} fp32)", step.logits_gather_s(b), "added",
+            f"alpha-beta all-gather over tp; {_prov(cluster, lat)}",
+        ))
+    if layout.pp > 1:
+        same = layout.tp * layout.pp <= cluster.gpus_per_node
+        terms.append(StepTerm(f"pp hand-offs x {layout.pp - 1}", (layout.pp - 1) * p2p(cluster, act, same).time_s, "added",
+                              _prov(cluster, "intra_node_latency_s" if same else "inter_node_latency_s")))
+    terms.append(StepTerm("sampler over the vocabulary", b * step.sampler_s_per_seq, "added",
+                          f"{SAMPLER_PASSES} fp32 passes over b x V logits (structural count); {hbm_src}"))
+    host = cluster.profile.engine_step_overhead_s
+    terms.append(StepTerm(
+        "engine host overhead", step.overhead_s, "added",
+        _prov(cluster, "engine_step_overhead_s") if host is not None else
+        "engine_step_overhead_s unset: no published per-step figure (rlperf validate --calibrate fits one)",
+    ))
+    return StepBreakdown(b, ctx, read, tuple(terms))
+
+
+def representative_step(sc: Scenario) -> StepBreakdown:
+    """A decode step of the scenario's rollout when each replica is full: ``b`` = its share of
+    the step's responses (at most ``max_num_seqs``), each halfway through a mean response."""
+    plan, wl = sc.plan, sc.workload
+    pools, assign = plan.placement.resolve(sc.cluster.num_gpus)
+    gpus = {p.name: p.num_gpus for p in pools}[assign["generate"]]
+    eng = plan.rollout
+    replicas = max(1, gpus // eng.gpus_per_replica)
+    b = max(1, min(eng.max_num_seqs, -(-wl.num_responses // replicas)))
+    per_seq = wl.prompt_length.mean_tokens() + 0.5 * wl.response_length.mean_tokens()
+    cluster = sc.cluster.with_gpus(replicas * eng.gpus_per_replica)
+    return decode_step_breakdown(sc.models["actor"], cluster, eng.model_copy(update={"replicas": replicas}), b, b * per_seq)

@@ -116,9 +116,9 @@ class HardwareProfile(Spec):
     # part, `rlperf calibrate` measures HF generate's).
     engine_step_overhead_s: OverheadSeconds | None = None
     engine_layer_overhead_s: OverheadSeconds | None = None
-    # Host-side cost per weight tensor of a trainer -> engine weight sync that goes tensor by
-    # tensor (verl: gather, send and load_weights per tensor; stages.weight_sync). None: nothing.
-    # (per transfer call: one per tensor, or one per bucket; WeightSync.transfer)
+    # Host-side cost of one transfer call of a trainer -> engine weight sync: one call per tensor
+    # tensor by tensor (verl's default), one per bucket bucketed (WeightSync.transfer;
+    # stages.weight_sync). None: nothing.
     weight_sync_tensor_overhead_s: OverheadSeconds | None = None
     # NCCL protocols (cost.collectives): the bandwidth protocol (Simple/LL128) pays a fixed
     # start-up of collective_simple_latency_s per call on top of the per-step alphas; the

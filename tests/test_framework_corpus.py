@@ -187,3 +187,46 @@ def test_export_reimports_unchanged(rel: str, tmp_path: Path) -> None:
     again, report = load_framework_config(kind, script)
     assert again == spec
     assert not report.warnings and not report.unknown
+
+
+# ---------------------------------------------------------------------- pieces of the readers
+def test_hydra_defaults_are_composed() -> None:
+    """ppo_megatron_trainer.yaml's defaults list brings the Megatron actor, ref and critic."""
+    from rlperf.frameworks.hydra_compose import compose
+
+    tree = compose(CORPUS / "verl/verl/trainer/config/ppo_megatron_trainer.yaml")
+    aro = tree["actor_rollout_ref"]
+    assert aro["actor"]["strategy"] == "megatron" and aro["ref"]["strategy"] == "megatron"
+    assert "optim" in aro["actor"] and "lr" in aro["actor"]["optim"]  # ../optim@optim inside actor/
+    assert tree["critic"]["strategy"] == "megatron"
+    # the one-step-off config finds ppo_trainer through hydra.searchpath
+    tree = compose(CORPUS / "verl/experimental/one_step_off_policy/config/one_step_off_ppo_trainer.yaml")
+    assert tree["rollout"]["n_gpus_per_node"] == 8 and tree["actor_rollout_ref"]["actor"]["strategy"] == "fsdp"
+
+
+def test_bracketed_override_values_stay_whole(tmp_path: Path) -> None:
+    from rlperf.frameworks.load import read_overrides
+
+    f = tmp_path / "x.overrides"
+    f.write_text("trainer.logger=[console, wandb] data.max_prompt_length=512  # comment\n")
+    assert read_overrides(f) == ["trainer.logger=[console, wandb]", "data.max_prompt_length=512"]
+
+
+def test_unknown_hub_id_needs_model_config(tmp_path: Path) -> None:
+    script = CORPUS / "verl/examples/ppo_trainer/run_gemma.sh"
+    with pytest.raises(SpecError, match="'google/gemma-2-2b-it' is not in the model catalog: pass its config.json with --model-config"):
+        load_framework_config("verl", script)
+    from rlperf.catalog import load_config
+
+    (tmp_path / "config.json").write_text(__import__("json").dumps(load_config("Qwen2.5-3B")))
+    spec, report = load_framework_config("verl", script, model_config=str(tmp_path))
+    assert spec.model == str(tmp_path) and any("--model-config" in n.note for n in report.mapped)
+
+
+def test_openrlhf_multi_valued_and_environment() -> None:
+    from rlperf.frameworks.openrlhf_import import parse_args
+
+    values = parse_args(["--vllm_is_truncated_threshold", "0.5", "5.0", "--zero_stage", "3", "--algo.advantage.is_correction_threshold", "0.5", "2"])
+    assert values["vllm_is_truncated_threshold"] == ["0.5", "2"] and values["zero_stage"] == "3"
+    spec, _ = load_framework_config("verl", CORPUS / "verl/recipe/dapo/run_dapo_qwen2.5_32b.sh", env={"NNODES": "4"})
+    assert spec.cluster.num_nodes == 4  # NNODES=${NNODES:-16}

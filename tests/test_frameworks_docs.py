@@ -28,7 +28,9 @@ def _table_tokens(heading: str) -> list[str]:
             break
         if line.startswith("| `") or line.startswith("| actor") or line.startswith("| reference"):
             rows.append(line.split("|")[1])
-    return [t.split()[0] for row in rows for t in re.findall(r"`([^`]+)`", row)]
+    tokens = [t.split()[0] for row in rows for t in re.findall(r"`([^`]+)`", row)]
+    assert all(t.strip("*.-") for t in tokens), "a bare wildcard would match every key"
+    return tokens
 
 
 def _verl_pattern(token: str) -> str:

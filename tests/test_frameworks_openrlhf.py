@@ -43,7 +43,7 @@ def test_ppo_separate_groups_field_by_field() -> None:
     w = resolve_workload(spec.workload)
     assert (w.prompts_per_step, w.group_size, w.max_prompt_tokens, w.max_response_tokens) == (512, 1, 1024, 2048)
     assert spec.plan.mode.kind == "sync" and not spec.plan.offload_between_phases
-    assert keys(rep.unsupported) == {"--micro_rollout_batch_size"}
+    assert not rep.unsupported and lay.forward_micro_batch_size == 8  # --micro_rollout_batch_size
     assert not rep.unknown
     ignored = {n.key: n.note for n in rep.ignored}
     assert "optimizer" in ignored["--actor_learning_rate"] and "--save_path" in ignored
@@ -62,7 +62,7 @@ def test_hybrid_engine_grpo() -> None:
     assert (lay.dp, lay.cp, lay.cp_kind, lay.max_tokens_per_microbatch, lay.micro_batch_size) == (8, 2, "ring", 32768, 2)
     assert spec.plan.offload_between_phases
     assert keys(rep.unknown) == {"--my_unknown_option"}
-    assert keys(rep.unsupported) == {"--micro_rollout_batch_size", "--ring_head_stride"}
+    assert keys(rep.unsupported) == {"--ring_head_stride"}
 
 
 def test_async_with_actor_ref_colocated() -> None:

@@ -207,6 +207,14 @@ def _layout(spec: ScenarioSpec, out: _Out) -> None:
     if lay.max_tokens_per_microbatch is not None:
         out.set("use_dynamic_batch")
         out.set("train_max_tokens_per_gpu", lay.max_tokens_per_microbatch)
+    # forward passes (make_experience): their own micro-batch, or token budget when dynamic
+    if lay.forward_max_tokens_per_microbatch is not None:
+        if lay.max_tokens_per_microbatch is None:
+            out.missing.append("a forward token budget with fixed training micro-batches: OpenRLHF's --use_dynamic_batch covers both")
+        else:
+            out.set("rollout_max_tokens_per_gpu", lay.forward_max_tokens_per_microbatch)
+    if lay.forward_micro_batch_size is not None:
+        out.set("micro_rollout_batch_size", lay.forward_micro_batch_size)
     if lay.offload_optimizer:
         out.set("adam_offload")
     if lay.offload_params:

@@ -391,6 +391,10 @@ class _Importer:
             "micro_batch_size": self.int_("micro_train_batch_size", "micro_batch_size"),
             "max_tokens_per_microbatch": self.int_("train_max_tokens_per_gpu", "max_tokens_per_microbatch") if dyn else None,
             "offload_optimizer": self.flag("adam_offload", "CPU optimizer"),
+            # make_experience's forward passes (reference, old log-probs, values, reward model):
+            # --micro_rollout_batch_size, or --rollout_max_tokens_per_gpu with dynamic batching
+            "forward_micro_batch_size": self._forward("micro_rollout_batch_size", not dyn),
+            "forward_max_tokens_per_microbatch": self._forward("rollout_max_tokens_per_gpu", dyn),
             # Without --packing_samples OpenRLHF pads each micro-batch to its longest sequence.
             "packing": "packing_samples" in self.values,
         }
@@ -409,6 +413,15 @@ class _Importer:
                 raise SpecError("--ds_tensor_parallel_size", f"tp·cp = {tp * cp} does not divide the {gpus} GPUs of the {role}")
             layouts[role] = {**base, "dp": gpus // (tp * cp)}
         return layouts
+
+    def _forward(self, name: str, used: bool) -> int | None:
+        """A forward-pass micro-batch setting where the command line gives it (None: training's)."""
+        if name not in self.values or self.values[name] is None:
+            return None
+        if not used:
+            self.rec.map(f"--{name}", self.values[name], "unused (the other batching mode is on)")
+            return None
+        return self.int_(name, f"forward passes: {name.replace('micro_rollout_batch_size', 'forward_micro_batch_size').replace('rollout_max_tokens_per_gpu', 'forward_max_tokens_per_microbatch')}")
 
     def _engine(self, gpus: int) -> dict[str, Any]:
         engines, vtp = self._engines()

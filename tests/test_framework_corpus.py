@@ -8,6 +8,7 @@ are counted apart: rlperf has no vision tower yet.
 from __future__ import annotations
 
 import csv
+import re
 import shutil
 import subprocess
 from functools import cache
@@ -214,7 +215,7 @@ def test_bracketed_override_values_stay_whole(tmp_path: Path) -> None:
 
 def test_unknown_hub_id_needs_model_config(tmp_path: Path) -> None:
     script = CORPUS / "verl/examples/ppo_trainer/run_gemma.sh"
-    with pytest.raises(SpecError, match="'google/gemma-2-2b-it' is not in the model catalog: pass its config.json with --model-config"):
+    with pytest.raises(SpecError, match=re.escape("'google/gemma-2-2b-it' is not in the model catalog: pass its config.json with --model-config")):
         load_framework_config("verl", script)
     from rlperf.catalog import load_config
 

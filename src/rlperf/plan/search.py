@@ -253,7 +253,7 @@ def search(
                 continue
             nodes.append(_Node(g, c, b, _bound_objective(opts, b, g, price)))
         if progress:
-            progress(f"bounded {len(nodes)} plans on {', '.join(map(str, sizes))} GPUs", 0, 1)
+            progress(f"{considered} candidates, {len(nodes)} bounded ({g} GPUs done of {', '.join(map(str, sizes))})", 0, 1)
     t_bounded = time.perf_counter()
 
     # The first incumbent: the framework defaults on all GPUs, and the user's plan.
@@ -321,7 +321,9 @@ def search(
         if not take:
             break
         if progress:
-            progress(f"simulating plans ({sims} done, {len(live)} left to beat)", searched, budget)
+            lead = min((e for e in evals if e.sim is not None and e.source != "user"), key=lambda e: (obj(e), e.label), default=None)
+            so_far = f"; best so far: {lead.label} on {lead.num_gpus} GPUs, {lead.step_time_s:.0f} s/step" if lead else ""
+            progress(f"{sims} plans simulated, {len(live)} could still win{so_far}", searched, budget)
         simulate_batch([(subs[n.gpus], n.cand.label, n.cand.plan, n.estimate, "search") for n in take])
         searched += len(take)
         live.sort(key=lambda n: (n.bound_obj, n.gpus, n.cand.label))

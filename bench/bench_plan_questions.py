@@ -1,0 +1,54 @@
+"""Benchmark (issue 17): CPU seconds of whole `rlperf plan` questions, as a user runs them.
+
+Each question runs the CLI in a child process (search, what-ifs and rendering included) with
+``--jobs 1`` and ``--json``; the CPU time is the child's user + system time
+(``resource.getrusage(RUSAGE_CHILDREN)``), which the machine's load does not inflate the way
+it inflates wall time. The load average is printed beside it.
+
+Run: .venv/bin/python bench/bench_plan_questions.py [--skip-1024]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+QUESTIONS: list[tuple[str, list[str]]] = [
+    ("README main job (GRPO Qwen2.5-7B, 8x8 H100)", []),
+    ("4 nodes, Qwen3-8B", ["--model", "Qwen3-8B", "--nodes", "4"]),
+    ("16 nodes, Qwen2.5-32B PPO", ["--model", "Qwen2.5-32B", "--nodes", "16", "--algorithm", "PPO"]),
+    ("128 nodes (1,024 H100), Qwen2.5-32B DAPO workload", ["--model", "Qwen2.5-32B", "--nodes", "128",
+                                                          "--workload", "dapo-qwen2.5-32b"]),
+]
+
+
+def run(args: list[str]) -> tuple[float, float, dict[str, object]]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", "from rlperf.cli.app import main; main()", "plan", "--jobs", "1", "--json", *args],
+                         check=True, capture_output=True, text=True).stdout
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall, json.loads(out)
+
+
+def main() -> None:
+    for label, args in QUESTIONS:
+        if "--skip-1024" in sys.argv and "128" in args:
+            continue
+        load = os.getloadavg()[0]
+        cpu, wall, doc = run(args)
+        best = doc["best"]
+        assert isinstance(best, dict)
+        notes = "; ".join(str(n) for n in doc.get("notes", []))  # type: ignore[union-attr]
+        print(f"{label}: {cpu:.1f} CPU-s ({wall:.1f} s wall, load {load:.1f}); best {best['label']} on "
+              f"{best['num_gpus']} GPUs, {best['step_time_s']:.0f} s/step\n  {notes}")
+
+
+if __name__ == "__main__":
+    main()

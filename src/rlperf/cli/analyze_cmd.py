@@ -36,6 +36,9 @@ def analyze_cmd(
     if as_json:
         typer.echo(json.dumps(asdict(rep), indent=1, default=float))
         return
+    from rlperf.specs.response_lengths import scenario_lengths
+
+    console.print(scenario_lengths(sc).describe(), markup=False, highlight=False)
     t = table(f"{rep.scenario}: numbers per stage (mean per steady-state step)", "stage", "pool", "P", "FLOPs", "W (GPU·s)",
               "D", "W/D", "max(W/P,D)", "W/P+D", "predicted")
     for s in rep.stages:

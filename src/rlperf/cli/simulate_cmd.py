@@ -52,8 +52,9 @@ def simulate_cmd(
     from rlperf.inputs.ranges import ITERATIONS, check_option
     from rlperf.outputs import claim, dumps_strict, output_folder, safe_name, write_text
     from rlperf.scenario import load_scenario
-    from rlperf.sim.run import run_scenario
+    from rlperf.api import simulate
     from rlperf.sim.trace import write_chrome_trace
+    from rlperf.specs.response_lengths import scenario_lengths
 
     if iterations:
         check_option("--iterations", iterations, ITERATIONS)
@@ -62,16 +63,14 @@ def simulate_cmd(
     res_path = out / f"{safe_name(sc.name)}.result.json"
     trace_path = out / f"{safe_name(sc.name)}.trace.json"
     claim((res_path, trace_path), force, "--out")  # before the simulation, not after it
-    if iterations:
-        sim = sc.spec.simulation.model_copy(update={"iterations": iterations, "warmup": min(sc.spec.simulation.warmup, iterations - 1)})
-        sc = type(sc)(sc.spec.model_copy(update={"simulation": sim}), sc.models, sc.cluster, sc.workload, sc.algorithm)
-    r = run_scenario(sc)
+    r = simulate(sc, iterations or None)
     text = dumps_strict(r.to_dict(), indent=1, sort_keys=True)
     write_text(res_path, text)
     write_chrome_trace(trace_path, r.segments, title=sc.name)
     if as_json:
         typer.echo(text)
         return
+    console.print(scenario_lengths(sc).describe(), markup=False, highlight=False)
     render_result(r)
     render_decode_step(sc)
     console.print(f"wrote {res_path} and {trace_path} (open the trace in https://ui.perfetto.dev)")

@@ -23,10 +23,14 @@ A mean or median above the cap is refused (one line): the cap would bind every r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rlperf.errors import SpecError
 from rlperf.specs.lengths import LengthDistribution, LogNormalLength
 from rlperf.specs.workload_presets import MEAN_OVER_CAP, RESPONSE_SIGMA, get_workload_preset
+
+if TYPE_CHECKING:
+    from rlperf.scenario import Scenario
 
 DEFAULT_SOURCE = "default: mean = cap/3, sigma 1 (algorithms.md §6.2, R1-Zero; as `rlperf import`)"
 
@@ -91,6 +95,11 @@ def choose_response_lengths(
     if scenario_lengths is not None and scenario_lengths.cap_tokens == cap_tokens:
         return LengthChoice(scenario_lengths, f"from {scenario_name}")
     return LengthChoice(LogNormalLength.from_mean(cap_tokens * MEAN_OVER_CAP, RESPONSE_SIGMA, cap_tokens), DEFAULT_SOURCE)
+
+
+def scenario_lengths(sc: Scenario) -> LengthChoice:
+    """The response lengths a scenario file sets (``rlperf simulate`` and ``analyze`` headers)."""
+    return LengthChoice(sc.workload.response_length, f"scenario {sc.name} (its workload)")
 
 
 def parse_token_count(text: str, field: str) -> int:

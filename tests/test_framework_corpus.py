@@ -97,7 +97,7 @@ HAND_CHECKED = [
     ("verl/examples/grpo_trainer/run_qwen3-235b_megatron_96gb.sh", "Qwen3-235B-A22B", (4, 8), "GRPO", None,
      (32, 8, 2048, 9632), 2, ("colocated", None), ("sync", 0), (8, 4), (1, 4, 8, 1, 4, 2, 11680), True),
     # PPO with Ulysses sp 2; use_kl_in_reward=False and no KL loss: no reference pass
-    ("verl/examples/ppo_trainer/run_deepseek7b_llm_sp2.sh", "deepseek-llm-7b-base", (1, 8), "PPO", "none",
+    ("verl/examples/ppo_trainer/run_deepseek7b_llm_sp2.sh", "deepseek-llm-7b-chat", (1, 8), "PPO", "none",
      (1024, 1, 512, 512), 4, ("colocated", None), ("sync", 0), (4, 2), (4, 1, 1, 2, 1, 32, None), False),
     # PPO with a reward model (FsfairX-LLaMA3-RM, Llama-3-8B shapes)
     ("verl/examples/ppo_trainer/run_qwen2-7b_rm.sh", "Qwen2-7B", (1, 8), "PPO", "none",

@@ -38,14 +38,17 @@ TRAIN_ROLES = ("actor", "critic", "ref", "reward_model", "prm")
 def catalog_model(key: str, value: Any, rec: Recorder) -> str:
     """The catalog name of a checkpoint path or hub id (``/models/Qwen2.5-7B-Instruct`` ->
     ``Qwen2.5-7B``); a local folder holding a ``config.json`` is kept as a path."""
-    from rlperf.catalog import resolve_name
+    from rlperf.catalog import ALIASES, resolve_name
 
     text = str(value).rstrip("/")
     if (Path(text).expanduser() / "config.json").is_file():
         rec.map(key, value, "model (local config.json)")
         return text
+    # A published alias of a catalog entry keeps its own name (an export then says what the
+    # user wrote: DeepSeek-V3, not the entry with its shapes, DeepSeek-R1).
+    alias = next((a for a in ALIASES if a.lower() == text.rsplit("/", 1)[-1].lower()), None)
     try:
-        name = resolve_name(text)
+        name = alias or resolve_name(text)
     except SpecError:
         base = _strip_finetune_suffix(text)
         try:

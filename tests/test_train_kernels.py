@@ -55,19 +55,24 @@ def test_host_overhead_is_layers_times_passes_times_the_per_layer_cost() -> None
     mb = MicroBatchShapes.single(np.array([512]))
     fwd = costs.forward(shard, mb)
     bwd = costs.backward(shard, mb, fwd)
-    assert fwd.host_s == pytest.approx(MODEL.num_layers * h)
-    assert bwd.host_s == pytest.approx(2 * MODEL.num_layers * h)  # backward + the recomputed forward
+    units = MODEL.num_layers + 2  # one stage: the layers, the embedding and the LM head + loss
+    assert fwd.host_s == pytest.approx(units * h)
+    assert bwd.host_s == pytest.approx(2 * units * h)  # backward + the recomputed forward
+    # two stages: the embedding on the first, the head on the last
+    two = LayoutCosts(MODEL, cl, lay.model_copy(update={"pp": 2}))
+    assert [two.forward(sh, mb).host_s for sh in two.shards] == pytest.approx(
+        [(sh.num_layers + 1) * h for sh in two.shards])
     # another backend's figure does not apply
     assert LayoutCosts(MODEL, cl, lay.model_copy(update={"backend": "fsdp"})).forward(shard, mb).host_s == 0
 
 
 def test_a_host_bound_step_is_the_host_time() -> None:
-    # one second per layer and pass dwarfs the device: the step is micro-batches x 3 passes x layers
+    # one second per layer and pass dwarfs the device: micro-batches x 3 passes x (layers + 2)
     cl = _with(A100, megatron_layer_overhead_s=1.0)
     lay = TrainLayout(dp=1, micro_batch_size=1, zero_stage=0, backend="megatron", recompute="full")
     n = 4
     step = train_step(MODEL, cl, lay, np.full(n, 256))
-    assert step.time_s == pytest.approx(n * 3 * MODEL.num_layers, rel=1e-2)
+    assert step.time_s == pytest.approx(n * 3 * (MODEL.num_layers + 2), rel=1e-2)
     assert step.component("host") > 0.99 * step.time_s
     # a device-bound step hides the host time entirely
     busy = train_step(MODEL, _with(A100, megatron_layer_overhead_s=1e-9), lay, np.full(n, 4096))

@@ -11,15 +11,28 @@ Forward (per device of stage ``s``, ``t = tokens / cp`` tokens of the micro-batc
   dtype plus the activation traffic (:mod:`rlperf.stages.shard`); each GEMM of the stage (its
   shape from :mod:`rlperf.stages.shard`, ``m`` = its rows for these ``t`` tokens) at the profile's
   large-GEMM rate times :func:`rlperf.cost.roofline.matmul_size_factor` of its ``2mnk``;
-- attention: ``2 h (d_qk + d_v)`` FLOPs per causal (query, key) pair and layer, heads split by
+- attention, as ``TrainLayout.attention_kernel`` says:
+  flash: ``2 h (d_qk + d_v)`` FLOPs per causal (query, key) pair and layer, heads split by
   tp, pairs by cp (ring attention with the zig-zag split that balances the causal mask);
-  FlashAttention IO; profile attention efficiency;
+  FlashAttention IO; profile attention efficiency; backward twice the forward.
+  unfused (Megatron's core attention): ``S = layers x h / tp x sum L^2`` score elements (the full
+  padded square, ``L^2 = 2 pairs - L``), each kernel at its own roofline
+  ``max(flops / matmul FLOP/s, bytes / HBM bytes/s)``: forward QK^T (``2 d_qk`` FLOPs, 2 bytes
+  per score), scale-mask-softmax (4), dropout with its 1-byte mask (5), PV (``2 d_v``, 2);
+  backward dP, dV (``2 d_v`` each, 2 + 2), dropout (5), softmax (6), dQ, dK (``2 d_qk`` each,
+  2 + 2): 13 bytes per score forward, 19 backward; plus q, k, v, o once per pass;
 - memory-bound elementwise kernels: the layers' norms, residual adds, rotary and activation
   (:mod:`rlperf.stages.shard`) and, on the last stage, the log-softmax over the logits (cast
   to fp32 once, as :mod:`rlperf.cost.memory` keeps them, then read twice: max, log-sum-exp);
-- one kernel launch per kernel of the stage (roofline's additive launch term).
+- one kernel launch per kernel of the stage (roofline's additive launch term);
+- the training backend's host time (``HardwareProfile.train_layer_overhead_s``, per layer
+  and pass; the embedding and the LM head with its loss count as one layer each on their
+  stages): ``host = (layers + [first stage] + [last stage]) x overhead``. The host issues the
+  pass while the device runs it, so a pass takes ``max(host, compute + tp/cp/ep communication)``
+  and then its pipeline send, which synchronizes the two (Megatron's p2p waits for the device).
 
-Backward is twice the forward (gradients w.r.t. inputs and weights, the ``3x`` of
+Backward (host time: twice the forward's with full recompute, the forward's without) is twice
+the forward (gradients w.r.t. inputs and weights, the ``3x`` of
 :meth:`ModelSpec.train_flops`; both backward GEMMs of a weight have its forward's ``2mnk``, so
 the same size factor); its weight traffic reads the weights once more and
 read-modify-writes the gradient accumulators in ``grad_dtype``. Full recompute replays the
@@ -267,7 +280,7 @@ class LayoutCosts:
         return PassCost(
             flops=lin.flops + attn.flops + elem.flops,
             hbm_bytes=lin.bytes + attn.bytes + elem.bytes,
-            body_s=body, launch_s=launch, host_s=shard.num_layers * self._host_per_layer_s,
+            body_s=body, launch_s=launch, host_s=self._host_units(shard) * self._host_per_layer_s,
             attention_s=attn.time_s, **comm,
         )
 
@@ -285,7 +298,7 @@ class LayoutCosts:
         hbm = lin.bytes + attn.bytes + elem.bytes
         body = lin.time_s + attn.time_s + elem.time_s
         launch = 2 * shard.kernels * cl.profile.kernel_launch_s
-        host = shard.num_layers * self._host_per_layer_s
+        host = self._host_units(shard) * self._host_per_layer_s
         attention_s = attn.time_s
         if lay.recompute == "full":
             flops, hbm, body, launch = flops + fwd.flops, hbm + fwd.hbm_bytes, body + fwd.body_s, launch + fwd.launch_s
@@ -302,6 +315,11 @@ class LayoutCosts:
         return PassCost(
             flops=flops, hbm_bytes=hbm, body_s=body, launch_s=launch, host_s=host, attention_s=attention_s, **comm
         )
+
+    def _host_units(self, shard: StageShard) -> int:
+        """Layer-equivalents the host dispatches in one pass of ``shard``'s stage: its layers, plus
+        the embedding on the first stage and the LM head with its loss on the last."""
+        return shard.num_layers + (1 if shard.stage == 0 else 0) + (1 if shard.stage == self.layout.pp - 1 else 0)
 
     def _linear(self, shard: StageShard, t: np.ndarray, passes: int, num_bytes: np.ndarray) -> Roof:
         """The stage's weight matmuls over ``t`` tokens per device, ``passes`` times (1 forward;

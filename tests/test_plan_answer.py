@@ -117,6 +117,12 @@ def test_api_answer_is_typed_and_consistent(answer: PlanAnswer) -> None:
     assert answer.best_plan.rollout.replicas * answer.best_plan.rollout.tp == size[assign["generate"]]
 
 
+def test_what_ifs_the_framework_cannot_run_say_so(answer: PlanAnswer) -> None:
+    assert answer.explanation is not None
+    refused = [w for w in answer.explanation.what_ifs if "partial rollout" in w.change or "fusion" in w.change]
+    assert refused and all(w.note.startswith("infeasible: verl does not run") for w in refused), refused
+
+
 def test_run_totals_sum_the_step_curve(answer: PlanAnswer) -> None:
     run = answer.run
     assert run is not None and run.steps == 20 and len(run.step_times_s) == 20

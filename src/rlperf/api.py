@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -38,6 +39,7 @@ from typing_extensions import Unpack
 
 if TYPE_CHECKING:
     from rlperf.accuracy import StepInterval
+    from rlperf.frameworks.presets import FrameworkPreset
     from rlperf.frameworks.report import ExportResult
     from rlperf.plan.explain import Explanation
     from rlperf.plan.memory_breakdown import RoleMemory
@@ -216,7 +218,6 @@ def plan(
     from rlperf.errors import SpecError
     from rlperf.frameworks.presets import get_framework
     from rlperf.plan.explain import explain as explain_plan
-    from rlperf.plan.explain import simulate_plans
     from rlperf.plan.memory_breakdown import concrete_plan, memory_breakdown
     from rlperf.plan.search import local_mapper, resized, search
     from rlperf.plan.space import SearchOptions
@@ -243,7 +244,7 @@ def plan(
     if explain:
         if progress:
             progress("what-ifs of the best plan", 0, 1)
-        explanation = explain_plan(on, best.sim, lambda items: simulate_plans(items, mapper))
+        explanation = explain_plan(on, best.sim, partial(_what_if_sims, mapper, preset))
     interval = _interval(on, best, choice.stated, mapper)
     mean0 = sc.workload.response_length.mean_tokens()
     run = _run_totals(on, best, mean0, end_mean_response, steps, interval, mapper) if steps else None
@@ -274,6 +275,17 @@ def _export_openrlhf(sc: Scenario) -> ExportResult:
 
 # Frameworks rlperf writes configurations for (rlperf.frameworks: issue 14's exporters).
 _EXPORTERS: dict[str, Callable[[Scenario], ExportResult]] = {"verl": _export_verl, "openrlhf": _export_openrlhf}
+
+
+def _what_if_sims(mapper: Mapper, preset: FrameworkPreset | None,
+                  items: Sequence[tuple[Scenario, Plan]]) -> list[SimResult | str]:
+    """Simulate the what-if variants; those the framework cannot run are not simulated: its reason."""
+    from rlperf.plan.explain import simulate_plans
+
+    why = [preset.why_not_plan(p) if preset is not None else None for _, p in items]
+    runnable = [item for item, w in zip(items, why) if w is None]
+    sims = iter(simulate_plans(runnable, mapper) if runnable else [])
+    return [next(sims) if w is None else w for w in why]
 
 
 def _interval(on: Scenario, best: PlanEvaluation, stated: bool, mapper: Mapper) -> StepInterval:

@@ -92,7 +92,7 @@ def test_fully_async_recipe() -> None:
     p = spec.plan
     assert (p.placement.kind, p.placement.rollout_gpus) == ("disaggregated", 32)
     assert (spec.cluster.num_nodes, spec.cluster.gpus_per_node) == (8, 8)
-    assert (p.mode.kind, p.mode.staleness) == ("async", 1)  # ceil(0.5)
+    assert (p.mode.kind, p.mode.staleness_threshold) == ("streaming", 0.5)  # partial_rollout=True
     w = resolve_workload(spec.workload)
     assert (w.prompts_per_step, w.group_size) == (8 * 1 * 32, 16)  # trigger x require x mini-batch
     assert spec.algorithm.minibatches == 8
@@ -100,7 +100,7 @@ def test_fully_async_recipe() -> None:
     assert (actor.dp, actor.cp, actor.cp_kind, actor.max_tokens_per_microbatch) == (16, 2, "ulysses", 36864)
     assert (p.rollout.tp, p.rollout.replicas) == (2, 16)
     unsupported = keys(rep.unsupported)
-    assert "async_training.partial_rollout" in unsupported  # interrupt-and-resume is not modelled
+    assert "async_training.partial_rollout" not in unsupported  # interrupt-and-resume: streaming
     assert "actor_rollout_ref.actor.use_kl_loss" not in unsupported  # GRPO without KL: no reference pass
     assert spec.algorithm.kl == "none"
     assert "data.train_batch_size" in unsupported

@@ -26,17 +26,26 @@ class ToyCosts:
     sync_s: float = 0.5
     switch_s: float = 0.25
 
-    def rollout(self, batch: RolloutBatch, gpus: int, token_budget: int | None) -> RolloutOutcome:
+    def rollout(self, batch: RolloutBatch, gpus: int, token_budget: int | None,
+                stop_after_finished: int | None = None) -> RolloutOutcome:
         replicas = max(1, gpus // self.gpus_per_replica)
         todo = batch.target_tokens - batch.generated_tokens
         if token_budget is not None:
             todo = np.minimum(todo, token_budget)
         finish = np.zeros(batch.num_requests)
+        start = np.zeros(batch.num_requests)
         clock = np.zeros(replicas)
         for i in range(batch.num_requests):
             r = i % replicas
+            start[i] = clock[r]
             clock[r] += todo[i] * self.s_per_token
             finish[i] = clock[r]
+        if stop_after_finished is not None and stop_after_finished < batch.num_requests:
+            # Stop when the k-th request finishes: the others keep the tokens made by then.
+            t_stop = float(np.sort(finish)[stop_after_finished - 1])
+            made = np.clip(np.floor((t_stop - start) / self.s_per_token + 1e-9), 0, todo).astype(np.int64)
+            todo = np.where(finish <= t_stop, todo, made)
+            clock = np.minimum(clock, t_stop)
         done = batch.generated_tokens + todo
         finish = np.where(done >= batch.target_tokens, finish, np.inf)
         t = float(clock.max())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rlperf.modes import mode_of
+
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,7 +80,7 @@ def describe_plan(plan: Plan) -> str:
     lay, e, m = plan.layout_for("actor"), plan.rollout, plan.mode
     where = plan.placement.kind + (f" ({plan.placement.rollout_gpus} gen)" if plan.placement.rollout_gpus else "")
     train = f"tp{lay.tp} pp{lay.pp} cp{lay.cp} ZeRO-{lay.zero_stage}"
-    mode = m.kind + (f" s={m.staleness}" if m.kind == "async" else "") + (" +fusion" if m.fusion else "")
+    mode = mode_of(m).label
     return f"{where}; engine tp{e.tp}; train {train}; {mode}"
 
 

@@ -272,9 +272,9 @@ def plan_columns(e: PlanEvaluation) -> list[str]:
     eng = f"gen tp{p.rollout.tp}" + (f" ep{p.rollout.ep}" if p.rollout.ep > 1 else "")
     lay = p.layouts["actor"]
     mb = f" mb{lay.max_tokens_per_microbatch // 1024}k" if lay.max_tokens_per_microbatch else ""
-    m = p.mode
-    mode = {"sync": "sync", "one_step_off": "one-step-off", "async": f"async s={m.staleness}",
-            "partial_rollout": f"partial {m.token_budget}"}[m.kind] + ("+fusion" if m.fusion else "")
+    from rlperf.modes import mode_of
+
+    mode = mode_of(p.mode).label
     return [e.label, eng, f"train tp{lay.tp} pp{lay.pp} cp{lay.cp}{mb}", mode]
 
 

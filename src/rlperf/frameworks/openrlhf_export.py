@@ -9,6 +9,8 @@ expressible, and the nearest command line is written.
 
 from __future__ import annotations
 
+import math
+
 from rlperf.frameworks.common import resolved_pools, roles_in_use, run_algorithm, workload_caps, workload_notes
 from rlperf.frameworks.report import ExportResult, fmt_value
 from rlperf.scenario import RewardSpec, Scenario, ScenarioSpec
@@ -176,7 +178,10 @@ def _mode(spec: ScenarioSpec, out: _Out) -> None:
     if spec.plan.placement.kind == "colocated" or mode.kind in ("sync", "partial_rollout"):
         return
     out.set("async_train")
-    out.set("async_queue_size", 1 if mode.kind == "one_step_off" else mode.staleness)
+    if mode.kind == "streaming":
+        out.missing.append("streaming (requests interrupted at weight syncs): OpenRLHF's async trainer queues whole batches; written as async")
+    queue = {"one_step_off": 1, "streaming": max(1, math.ceil(mode.staleness_threshold))}.get(mode.kind, mode.staleness)
+    out.set("async_queue_size", queue)
 
 
 # ---------------------------------------------------------------------- layouts and engine

@@ -186,12 +186,14 @@ def _placement_and_mode(spec: ScenarioSpec, out: _Out) -> tuple[str, ...]:
     out.set(f"{ROLLOUT}.mode", "async")
     if mode.kind == "partial_rollout":
         out.missing.append("partial rollout with a token budget: verl's fully-async recipe interrupts rollouts at weight syncs; written as async, staleness 1, partial_rollout=True")
-    staleness = {"sync": 0, "async": mode.staleness, "partial_rollout": 1}[mode.kind]
+    staleness: float = {"sync": 0, "async": mode.staleness, "partial_rollout": 1, "streaming": mode.staleness_threshold}[mode.kind]
+    if mode.inflight_weight_updates:
+        out.missing.append("in-flight weight updates: verl's rollouter pauses generation for each parameter sync")
     minibatches = spec.algorithm.minibatches or get_algorithm(spec.algorithm.name).default_minibatches
     out.add("async_training.staleness_threshold", staleness)
     out.add("async_training.trigger_parameter_sync_step", minibatches)
     out.add("async_training.require_batches", 1)
-    out.add("async_training.partial_rollout", mode.kind == "partial_rollout")
+    out.add("async_training.partial_rollout", mode.kind in ("partial_rollout", "streaming"))
     return FULLY_ASYNC
 
 

@@ -553,14 +553,19 @@ class _Importer:
         partial_key = "async_training.partial_rollout"
         if t <= 0:
             self.rec.map(key, t, "synchronous (rollouter waits for each sync)")
+            if self.r.has(partial_key):
+                self._mapped(partial_key, "synchronous: nothing runs ahead to interrupt")
             if self.r.has("async_training.trigger_parameter_sync_step") and self.get("async_training.trigger_parameter_sync_step") != 1:
                 self.rec.assume("mini-batches streaming into training within one sync period are costed as synchronous")
             return {"kind": "sync"}
-        staleness = math.ceil(t)
-        self.rec.map(key, t, f"async, staleness {staleness} (ceil of the threshold)")
         partial = self.r.get(partial_key, None)
         if partial is not None and as_bool(partial_key, partial):
-            self.rec.unsupported_key(partial_key, True, "interrupt-and-resume at weight syncs is not modelled (costed as async)")
-        elif partial is not None:
+            # The rollouter keeps t x batch in flight and interrupts them at each sync.
+            self.rec.map(key, t, f"streaming, staleness threshold {t:g} (fraction of a batch in flight)")
+            self.rec.map(partial_key, True, "streaming: in-flight requests resume after each sync (KV re-prefilled)")
+            return {"kind": "streaming", "staleness_threshold": t}
+        staleness = math.ceil(t)
+        self.rec.map(key, t, f"async, staleness {staleness} (ceil of the threshold)")
+        if partial is not None:
             self.rec.map(partial_key, False, "no interrupted rollouts")
         return {"kind": "async", "staleness": staleness}

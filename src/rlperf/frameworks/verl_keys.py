@@ -180,7 +180,6 @@ UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
     ("reward_model.n_gpus_per_node", "the reward model shares the pool", ()),
     ("reward_model.nnodes", "the reward model shares the pool", ()),
     ("async_training.compute_prox_log_prob", "an extra log-prob pass is not modelled", (False,)),
-    ("async_training.partial_rollout", "interrupt-and-resume at weight sync is not modelled", (False,)),
     ("data.max_num_gen_batches", "DAPO's round limit is the algorithm's (10)", (10,)),
     ("algorithm.filter_groups.max_num_gen_batches", "DAPO's round limit is the algorithm's (10)", (10, 0)),
     ("actor_rollout_ref.actor.policy_loss.loss_mode", "read for GRPO only", ("vanilla",)),

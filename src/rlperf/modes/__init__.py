@@ -7,10 +7,11 @@ from rlperf.modes.execution import (
     OneStepOff,
     PartialRollout,
     StepParts,
+    Streaming,
     Sync,
     mode_of,
 )
 from rlperf.modes.sampling import GenerationRounds
 
-__all__ = ["BoundedAsync", "Fusion", "GenerationRounds", "Mode", "OneStepOff", "PartialRollout", "StepParts", "Sync",
+__all__ = ["BoundedAsync", "Fusion", "GenerationRounds", "Mode", "OneStepOff", "PartialRollout", "StepParts", "Streaming", "Sync",
            "mode_of"]

@@ -61,6 +61,8 @@ class StepParts:
     rollout_side_s: float  # per step on the rollout pool (generate + sync + its forward passes)
     train_side_s: float  # per step on the training pool(s)
     shared_pool: bool  # rollout and actor training on the same GPUs
+    rollout_tail_s: float = 0.0  # of the rollout: time from 90% of responses done to the end
+    sync_s: float = 0.0  # the weight transfer alone
 
 
 @dataclass(frozen=True)
@@ -104,9 +106,9 @@ class Mode:
         """Unfinished requests continue in the next rollout call (their KV is re-prefilled)."""
         return self.token_budget is not None
 
-    def staleness_bound(self, max_response_tokens: int) -> int:
+    def staleness_bound(self, max_response_tokens: int) -> int | None:
         """Largest policy lag any trained response can have (partial rollouts add the calls a
-        response of the cap needs)."""
+        response of the cap needs; None: no bound, resumed requests may span any number)."""
         return self.staleness
 
     @property
@@ -114,6 +116,20 @@ class Mode:
         """Fusion waves follow the completion order of one rollout call; a partial rollout
         mixes carried responses in and is not fused."""
         return True
+
+    def stop_after_finished(self, batch_responses: int) -> int | None:
+        """A rollout call stops once this many responses have finished (None: when all have)."""
+        return None
+
+    def prompts_ahead(self, prompts_per_step: int) -> int:
+        """Prompts the first rollout call admits beyond the step's batch, kept in flight from
+        then on (the rollout runs that far ahead of training)."""
+        return 0
+
+    @property
+    def sync_pauses_engine(self) -> bool:
+        """The weight transfer holds the rollout GPUs (decoding pauses)."""
+        return not self.spec.inflight_weight_updates
 
     # ---------------------------------------------------------------- simulation length
     def drain_iterations(self, shared_engine: bool) -> int:
@@ -194,6 +210,56 @@ class PartialRollout(Mode):
         return 2, 2
 
 
+@dataclass(frozen=True)
+class Streaming(Mode):
+    """The engine never drains (verl fully_async with ``partial_rollout``, AReaL): each rollout
+    call admits the step's ``B·G`` fresh requests next to the ones still in flight (the first
+    call admits ``⌊τ·B⌉`` prompts more, so ``τ·B·G`` requests stay in flight) and stops as soon
+    as ``B·G`` responses have finished; the unfinished ones are interrupted at the weight
+    update and resumed in the next call with the new weights (their KV re-prefilled). So there
+    is no rollout tail: the engine's batch stays full across steps. Fresh requests wait for the
+    weights of ``⌈τ⌉`` updates back (``τ`` = ``staleness_threshold``); a resumed request keeps
+    the version it started with, so its staleness grows with the calls it spans (the
+    distribution in the results shows it; verl reports it the same way)."""
+
+    def _label(self) -> str:
+        return f"streaming τ={self.spec.staleness_threshold:g}"
+
+    @property
+    def carries_unfinished(self) -> bool:
+        return True
+
+    @property
+    def allows_fusion(self) -> bool:
+        return False
+
+    def stop_after_finished(self, batch_responses: int) -> int | None:
+        return batch_responses
+
+    def staleness_bound(self, max_response_tokens: int) -> int | None:
+        return None
+
+    def prompts_ahead(self, prompts_per_step: int) -> int:
+        # verl: the rollouter may produce (1 + τ) batches per parameter version.
+        return round(self.spec.staleness_threshold * prompts_per_step)
+
+    def warmup_iterations(self, max_response_tokens: int, shared_engine: bool) -> int:
+        # In-flight requests settle after a few calls; at least the pipeline's s + 1.
+        return self.effective_staleness(shared_engine) + 2
+
+    def sim_iterations(self) -> tuple[int, int]:
+        return self.staleness + 2, 2
+
+    def compose_step(self, parts: StepParts) -> float:
+        """As a pipelined loop, with the rollout's tail hidden (the engine's batch stays full)
+        and, with in-flight updates, the transfer off the rollout GPUs."""
+        s = self.effective_staleness(parts.shared_pool)
+        if parts.shared_pool:
+            return parts.iteration_s
+        rollout = parts.rollout_side_s - parts.rollout_tail_s - (0.0 if self.sync_pauses_engine else parts.sync_s)
+        return max(rollout, parts.train_side_s, parts.iteration_s / (s + 1))
+
+
 def mode_of(spec: ExecutionMode) -> Mode:
     """The behaviour of a validated mode spec (the one place that reads ``spec.kind``)."""
     fusion = Fusion(spec.fusion_chunks) if spec.fusion else None
@@ -204,4 +270,6 @@ def mode_of(spec: ExecutionMode) -> Mode:
     if spec.kind == "partial_rollout":
         assert spec.token_budget is not None
         return PartialRollout(spec, spec.staleness, None, spec.token_budget)
+    if spec.kind == "streaming":
+        return Streaming(spec, math.ceil(spec.staleness_threshold - 1e-12), None)
     return Sync(spec, 0, fusion)

@@ -184,7 +184,7 @@ class Estimator:
         s = mode.effective_staleness(shared)
         train_side = sync_s + sum(v for k, v in fwd_by_pool.items() if k != gen_pool) + train_s
         gen_side = gen_s + sync_s + fwd_by_pool.get(gen_pool, 0.0)
-        step = mode.compose_step(StepParts(iteration, gen_side, train_side, same))
+        step = mode.compose_step(StepParts(iteration, gen_side, train_side, same, tail_s, sync_s))
         price = sc.cluster.accelerator.price_usd_per_hour
         cost = None if price is None else step * total * price / 3600.0
         return Estimate(step, total, cost, s, gen_s, fwd_total, train_s, sync_s, tail_s)

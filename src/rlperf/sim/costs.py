@@ -92,27 +92,32 @@ class AnalyticCosts:
         return self.plan.rollout.gpu_memory_utilization * self.hbm_bytes()
 
     # ------------------------------------------------------------------ stages
-    def rollout(self, batch: RolloutBatch, gpus: int, token_budget: int | None) -> RolloutOutcome:
+    def rollout(self, batch: RolloutBatch, gpus: int, token_budget: int | None,
+                stop_after_finished: int | None = None) -> RolloutOutcome:
         from rlperf.stages.rollout import RolloutOptions, RolloutRequests, simulate_rollout
 
         engine = self._engine(gpus)
         used = engine.num_gpus
         model, cluster = self.sc.models["actor"], self.cluster(used)
-        key = _rollout_key(model.model_dump_json(), cluster.model_dump_json(), engine.model_dump_json(), batch, token_budget)
+        stop = stop_after_finished if stop_after_finished is not None and stop_after_finished < batch.num_requests else None
+        key = _rollout_key(model.model_dump_json(), cluster.model_dump_json(), engine.model_dump_json(), batch, token_budget, stop)
         r = _ROLLOUTS.get(key)
         if r is None:
             reqs = RolloutRequests.build(batch.prompt_tokens, batch.target_tokens, batch.group_ids, batch.generated_tokens)
-            opts = RolloutOptions(token_budget_per_request=token_budget)
+            opts = RolloutOptions(token_budget_per_request=token_budget, stop_after_num_finished=stop)
             r = simulate_rollout(model, cluster, engine, reqs, opts)
             _remember(key, r)
         else:
             _ROLLOUTS.move_to_end(key)
+        # A call stopped after k finished requests: its depth (computed for every request's full
+        # length) is capped at the stop time, the chain it actually ran.
+        depth_s = min(r.depth_s, r.makespan_s) if r.stopped_early else r.depth_s
         cost = StageCost(
             name="generate",
             time_s=r.makespan_s,
             num_gpus=used,
             work_s=r.work_s,
-            depth_s=r.depth_s,
+            depth_s=depth_s,
             flops=r.total_flops,
             hbm_bytes=r.total_hbm_bytes,
             peak_memory_bytes=self.engine_memory_bytes(used),
@@ -185,7 +190,9 @@ class AnalyticCosts:
 # the same rollout from its fast estimate and again in the first simulated iteration of the
 # plans it shortlists (the same workload sample, engine and GPUs). Results are immutable
 # (read-only arrays), so sharing one is safe.
-_ROLLOUTS: OrderedDict[tuple[str, str, str, bytes, int | None], RolloutResult] = OrderedDict()
+# (model, cluster, engine, hash of the batch, token budget, stop after k finished)
+_RolloutKey = tuple[str, str, str, bytes, int | None, int | None]
+_ROLLOUTS: OrderedDict[_RolloutKey, RolloutResult] = OrderedDict()
 _ROLLOUTS_MAX = 32
 
 
@@ -216,16 +223,16 @@ def _memo_stage(key: tuple[object, ...], fn: Callable[[], StageCost]) -> StageCo
 
 
 def _rollout_key(model: str, cluster: str, engine: str, batch: RolloutBatch,
-                 token_budget: int | None) -> tuple[str, str, str, bytes, int | None]:
+                 token_budget: int | None, stop: int | None) -> _RolloutKey:
     h = hashlib.blake2b(digest_size=16)
     for a in (batch.prompt_tokens, batch.target_tokens, batch.generated_tokens, batch.group_ids):
         arr = np.ascontiguousarray(a, dtype=np.int64)
         h.update(arr.size.to_bytes(8, "little"))
         h.update(arr.tobytes())
-    return model, cluster, engine, h.digest(), token_budget
+    return model, cluster, engine, h.digest(), token_budget, stop
 
 
-def _remember(key: tuple[str, str, str, bytes, int | None], r: RolloutResult) -> None:
+def _remember(key: _RolloutKey, r: RolloutResult) -> None:
     for a in (r.finish_time_s, r.generated_tokens, r.replica_finish_s):
         if isinstance(a, np.ndarray):
             a.flags.writeable = False

@@ -49,7 +49,11 @@ class RolloutOutcome:
 class StageCosts(Protocol):
     """Cost models for one resolved scenario. ``gpus`` is the number of GPUs granted."""
 
-    def rollout(self, batch: RolloutBatch, gpus: int, token_budget: int | None) -> RolloutOutcome: ...
+    def rollout(self, batch: RolloutBatch, gpus: int, token_budget: int | None,
+                stop_after_finished: int | None = None) -> RolloutOutcome:
+        """One rollout call; ``stop_after_finished``: stop once that many requests finished
+        (the rest are returned unfinished with the tokens generated so far)."""
+        ...
 
     def forward(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str) -> StageCost: ...
 

@@ -62,18 +62,19 @@ class Bounds:
 class StalenessDistribution:
     """Policy lag of the trained responses: ``counts[k]`` responses were generated (started)
     with the weights ``k`` updates older than the update that trains them. ``bound`` is the
-    mode's largest possible lag."""
+    mode's largest possible lag (None: unbounded, e.g. streaming, where a resumed request keeps
+    the version it started with for as many updates as it runs)."""
 
     counts: tuple[int, ...]
-    bound: int
+    bound: int | None
 
     @classmethod
-    def of(cls, staleness: tuple[int, ...], bound: int) -> StalenessDistribution:
+    def of(cls, staleness: tuple[int, ...], bound: int | None) -> StalenessDistribution:
         top = max(staleness, default=0)
         counts = [0] * (top + 1)
         for s in staleness:
             counts[s] += 1
-        return cls(tuple(counts), max(bound, top))
+        return cls(tuple(counts), bound)
 
     @property
     def num_responses(self) -> int:

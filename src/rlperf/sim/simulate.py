@@ -189,6 +189,8 @@ class Simulator:
     def _new_requests(self, it: int, rnd: int) -> tuple[np.ndarray, np.ndarray]:
         cfg = self.cfg
         prompts = self.gen_rounds.prompts_per_round(cfg.prompts_per_step)
+        if it == 0 and rnd == 0:
+            prompts += self.mode.prompts_ahead(cfg.prompts_per_step)
         p, r = cfg.sample(it * 1000 + rnd, prompts)
         return np.asarray(p, dtype=np.int64), np.asarray(r, dtype=np.int64)
 
@@ -208,11 +210,15 @@ class Simulator:
                 fresh = RolloutBatch(
                     np.repeat(p, g), r.reshape(-1), np.zeros(r.size, np.int64), np.repeat(np.arange(len(p), dtype=np.int64), g)
                 )
-            carry_over = budget is not None and not greedy
+            carry_over = self.mode.carries_unfinished and not greedy
             batch, versions = engine.admit(fresh, carry_over)
             before = int(batch.generated_tokens.sum())
             # ReMax's greedy baseline is needed whole in the same step: never budgeted.
-            out: RolloutOutcome = self.costs.rollout(batch, gpus, budget if carry_over else None)
+            if carry_over:
+                stop = self.mode.stop_after_finished(self.cfg.prompts_per_step * self.cfg.group_size)
+                out: RolloutOutcome = self.costs.rollout(batch, gpus, budget, stop)
+            else:
+                out = self.costs.rollout(batch, gpus, None)
             assert out.generated_tokens.shape == batch.target_tokens.shape
             assert np.all(out.generated_tokens <= batch.target_tokens)
             state.generated_tokens += float(out.generated_tokens.sum() - before)
@@ -311,8 +317,10 @@ class Simulator:
         needs = {gen_pool: (self.pool_gpus[gen_pool],) * 2}
         if not same:
             needs[actor_pool] = (self.pool_gpus[actor_pool],) * 2
+            if not self.mode.sync_pauses_engine:  # pushed while the engine keeps decoding
+                del needs[gen_pool]
         self.kernel.add(Task(f"sync#{v}", (v, 0, 0), deps, needs, run, it))
-        self.task_pool[f"sync#{v}"] = gen_pool
+        self.task_pool[f"sync#{v}"] = next(iter(needs))
         self.task_stage[f"sync#{v}"] = "weight_sync"
 
     def _add_stage(self, it: int, order: int, st: StageDef, gen_deps: tuple[str, ...]) -> None:

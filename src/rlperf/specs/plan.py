@@ -21,7 +21,7 @@ from rlperf.specs.base import Spec
 from rlperf.specs.parallel import EngineLayout, TrainLayout
 
 PlacementKind = Literal["colocated", "disaggregated", "hybrid"]
-ModeKind = Literal["sync", "one_step_off", "async", "partial_rollout"]
+ModeKind = Literal["sync", "one_step_off", "async", "partial_rollout", "streaming"]
 PLACEMENT_KEYS = ("generate", "actor", "critic", "ref", "reward_model", "prm")
 
 
@@ -89,6 +89,15 @@ class ExecutionMode(Spec):
     # rollout tail still generates (RLHFuse, StreamRL). ``fusion_chunks`` waves.
     fusion: bool = False
     fusion_chunks: FusionChunks = 4
+    # Streaming (verl fully_async with partial_rollout, AReaL): the engine keeps generating;
+    # training takes a batch as soon as enough samples have finished, and at each weight update
+    # the in-flight requests are interrupted and resumed with the new weights (KV re-prefilled).
+    # ``staleness_threshold``: verl's fraction of a batch the rollout may run ahead of the
+    # trainer (0.5 = half a batch; versions are waited for in whole steps, ⌈threshold⌉).
+    staleness_threshold: float = Field(default=0.0, ge=0.0, le=64.0)
+    # In-flight weight updates (PipelineRL, slime): the new weights are pushed while the engine
+    # keeps decoding; the transfer does not pause the rollout GPUs.
+    inflight_weight_updates: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> ExecutionMode:

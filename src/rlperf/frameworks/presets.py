@@ -145,7 +145,9 @@ class FrameworkPreset:
         """Why the framework cannot run ``plan``: the first strategy it uses (placement, mode,
         fusion, training parallelism of any role) that the support matrix does not mark "yes";
         None if it can. The planner's ``--framework`` filter (``SearchOptions.plan_filter``)."""
-        used: list[Strategy] = [plan.placement.kind, plan.mode.kind]
+        from rlperf.modes import mode_of
+
+        used: list[Strategy] = [plan.placement.kind, mode_of(plan.mode).family]
         if plan.mode.fusion:
             used.append("fusion")
         for lay in plan.layouts.values():

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from rlperf.specs.plan import ExecutionMode
 
@@ -80,6 +81,11 @@ class Mode:
         return self._label() + ("+fusion" if self.fusion is not None else "")
 
     def _label(self) -> str:
+        return "sync"
+
+    @property
+    def family(self) -> Literal["sync", "one_step_off", "async", "partial_rollout"]:
+        """The strategy a framework's support matrix lists this mode under."""
         return "sync"
 
     # ---------------------------------------------------------------- rollout
@@ -171,6 +177,10 @@ class OneStepOff(Mode):
     def _label(self) -> str:
         return "one-step-off"
 
+    @property
+    def family(self) -> Literal["sync", "one_step_off", "async", "partial_rollout"]:
+        return "one_step_off"
+
 
 @dataclass(frozen=True)
 class BoundedAsync(Mode):
@@ -178,6 +188,10 @@ class BoundedAsync(Mode):
 
     def _label(self) -> str:
         return f"async s={self.staleness}"
+
+    @property
+    def family(self) -> Literal["sync", "one_step_off", "async", "partial_rollout"]:
+        return "async"
 
 
 @dataclass(frozen=True)
@@ -189,6 +203,10 @@ class PartialRollout(Mode):
 
     def _label(self) -> str:
         return f"partial {self.budget}"
+
+    @property
+    def family(self) -> Literal["sync", "one_step_off", "async", "partial_rollout"]:
+        return "partial_rollout"
 
     @property
     def token_budget(self) -> int | None:
@@ -224,6 +242,10 @@ class Streaming(Mode):
 
     def _label(self) -> str:
         return f"streaming τ={self.spec.staleness_threshold:g}"
+
+    @property
+    def family(self) -> Literal["sync", "one_step_off", "async", "partial_rollout"]:
+        return "async"
 
     @property
     def carries_unfinished(self) -> bool:

@@ -32,7 +32,7 @@ pytest.importorskip("plotly")
 
 from rlperf.accuracy import stated_interval
 from rlperf.algorithms import get_algorithm
-from rlperf.api import PlanAnswer
+from rlperf.api import PlanAnswer, RunPoint, RunTotals
 from rlperf.frameworks import export_verl
 from rlperf.plan.memory_breakdown import concrete_plan, memory_breakdown
 from rlperf.plan.explain import Explanation, WhatIf, bottlenecks
@@ -50,7 +50,7 @@ from tests.helpers.toy_costs import ToyCosts, toy_sampler
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts" / "report"
 CHROMIUM = next((p for p in (shutil.which("chromium"), "/usr/bin/chromium") if p and os.path.exists(p)), None)
-FIGURES = ("fig-timeline", "fig-stages", "fig-memory", "fig-pareto")
+FIGURES = ("fig-run", "fig-timeline", "fig-stages", "fig-memory", "fig-pareto")
 EVIL = "<script>alert('x')</script>"
 WIDTH, HEIGHT = 1400, 3000
 
@@ -107,6 +107,14 @@ def build_results(sc: Scenario) -> tuple[PlanSearchResult, Explanation]:
     return res, Explanation(bottlenecks(user.sim), lb, user.step_time_s / lb, what_ifs)
 
 
+def _run(best: PlanEvaluation) -> RunTotals:
+    """Ten steps whose step time grows by half from the first to the last (as from a length growth)."""
+    t0 = best.step_time_s
+    curve = tuple(t0 * (1 + 0.5 * i / 9) for i in range(10))
+    points = (RunPoint(0, 2000.0, curve[0], None), RunPoint(9, 4000.0, curve[-1], None))
+    return RunTotals(10, best.num_gpus, points, curve, sum(curve), None, stated_interval(t0).scaled(sum(curve) / t0))
+
+
 def answer_of(sc: Scenario, res: PlanSearchResult, explanation: Explanation) -> PlanAnswer:
     """The answer the API would give around the hand-built search result."""
     best = res.best
@@ -114,7 +122,7 @@ def answer_of(sc: Scenario, res: PlanSearchResult, explanation: Explanation) -> 
     return PlanAnswer(
         question=sc, lengths=choice, search=res, best_plan=concrete_plan(best.plan, best.num_gpus),
         interval=stated_interval(best.step_time_s), memory=memory_breakdown(sc, best.plan, best.num_gpus),
-        user_memory=memory_breakdown(sc, sc.plan, sc.cluster.num_gpus), explanation=explanation, run=None, sweep=(),
+        user_memory=memory_breakdown(sc, sc.plan, sc.cluster.num_gpus), explanation=explanation, run=_run(best), sweep=(),
         framework="verl", launch=export_verl(sc.with_plan(best.plan)),
     )
 
@@ -163,7 +171,7 @@ def test_report_is_one_self_contained_file(report: tuple[Path, PlanSearchResult]
     assert "Plotly.newPlot" in text and len(text.encode()) < 1_500_000  # plotly.js inline once, the page small
     for fig in FIGURES:
         assert f'id="{fig}"' in text
-    for anchor in ("summary", "ranked", "breakdown", "launch", "timeline", "stages", "memory", "pareto", "workdepth",
+    for anchor in ("summary", "ranked", "breakdown", "launch", "run", "timeline", "stages", "memory", "pareto", "workdepth",
                    "explanation", "rejected"):
         assert f'<section id="{anchor}">' in text
     # Text is escaped: the hostile label and reason appear only escaped.

@@ -228,3 +228,23 @@ def pareto_figure(evals: Sequence[PlanEvaluation], names: Sequence[str], front: 
         legend={"orientation": "h", "y": 1.08}, margin={"l": 10, "r": 10, "t": 30, "b": 40},
     )
     return fig, ylabel
+
+
+def run_figure(steps_s: Sequence[float], points: Sequence[tuple[int, float, float]]) -> go.Figure:
+    """The best plan's step time over a run (one marker line per step) and the simulated points
+    (step, mean response tokens, step time) the curve is interpolated between."""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(
+        name="step time", mode="lines", x=list(range(1, len(steps_s) + 1)), y=[t / 60 for t in steps_s],
+        hovertemplate="step %{x}: %{y:.2f} min<extra></extra>",
+    ))
+    fig.add_trace(go.Scatter(
+        name="simulated", mode="markers", x=[p[0] + 1 for p in points], y=[p[2] / 60 for p in points],
+        text=[f"mean response {p[1]:,.0f} tokens" for p in points], marker={"size": 10, "color": "#d62728"},
+        hovertemplate="step %{x}: %{y:.2f} min, %{text}<extra></extra>",
+    ))
+    fig.update_layout(
+        height=320, xaxis={"title": {"text": "step"}}, yaxis={"title": {"text": "step time (min)"}, "rangemode": "tozero"},
+        legend={"orientation": "h", "y": 1.12}, margin={"l": 10, "r": 10, "t": 30, "b": 40},
+    )
+    return fig

@@ -80,6 +80,13 @@ def render_report(ans: PlanAnswer) -> str:
     parts: list[str] = [_header(ans), _ranked(plans, names, res), _memory_table(ans)]
     if ans.launch is not None:
         parts.append(_launch(ans))
+    if ans.run is not None:
+        r = ans.run
+        fig = fg.run_figure(r.step_times_s, [(p.step, p.mean_response_tokens, p.step_time_s) for p in r.points])
+        parts.append(_section("run", f"The run: {r.steps} steps of the best plan", _div(fig, "fig-run"),
+                              f"{r.hours:,.1f} h, {r.gpu_hours:,.0f} GPU-hours on {r.num_gpus} GPUs"
+                              + (f", {r.cost_usd:,.0f} USD" if r.cost_usd is not None else "")
+                              + ". Red: the simulated means; the curve interpolates linearly in the mean between them."))
     if best.sim is not None:
         # The best plan's stages take the first colors, so they match across figures.
         for st in best.sim.stages:
@@ -107,7 +114,7 @@ def render_report(ans: PlanAnswer) -> str:
     parts.append(_inputs(sc, res))
     title = report_title(sc)
     nav = "".join(f'<a href="#{k}">{html.escape(v)}</a>' for k, v in (
-        ("summary", "summary"), ("ranked", "ranked plans"), ("breakdown", "memory breakdown"), ("launch", "launch"),
+        ("summary", "summary"), ("ranked", "ranked plans"), ("breakdown", "memory breakdown"), ("launch", "launch"), ("run", "run"),
         ("timeline", "timeline"), ("stages", "stages"), ("memory", "memory"),
         ("pareto", "Pareto"), ("workdepth", "work-depth"), ("explanation", "explanation"), ("rejected", "rejected"),
         ("inputs", "inputs")))

@@ -191,6 +191,16 @@ def test_lengths_above_the_cap_are_refused_in_one_line(kwargs: dict[str, float],
     assert flag in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_scenario_median_above_its_cap_is_flagged_in_its_header_line() -> None:
+    from rlperf.specs.lengths import LogNormalLength
+    from rlperf.specs.response_lengths import LengthChoice
+
+    line = LengthChoice(LogNormalLength(median_tokens=50_000, sigma=1.0, cap_tokens=16_384), "scenario x").describe()
+    assert "median above the cap" in line and "\n" not in line
+    ok = LengthChoice(LogNormalLength(median_tokens=5_000, sigma=1.0, cap_tokens=16_384), "scenario x").describe()
+    assert "median above the cap" not in ok
+
+
 def test_token_counts_parse() -> None:
     assert [parse_token_count(x, "--lengths") for x in ("2k", "5000", "1.5k")] == [2000, 5000, 1500]
     with pytest.raises(SpecError):

@@ -112,9 +112,9 @@ HAND_CHECKED = [
     ("verl/experimental/one_step_off_policy/shell/grpo_3b_gsm8k_fsdp2_2_6.sh", "Qwen2.5-3B", (1, 8), "GRPO", None,
      (1152, 5, 512, 1024), 6, ("disaggregated", 2), ("one_step_off", 0), (2, 1), (6, 1, 1, 1, 1, 32, None), False),
     # fully-async: 1 rollout node + 1 training node; a step = 4 sync steps x 4 batches x 32 prompts;
-    # staleness_threshold 0.1 -> bounded async (the async modes own the fractional reading)
+    # staleness_threshold 0.1 with partial_rollout=True -> streaming (0.1 of a batch in flight)
     ("verl/experimental/fully_async_policy/shell/dapo_7b_math_fsdp2_8_8.sh", "Qwen2.5-Math-7B", (2, 8), "GRPO", "none",
-     (512, 16, 2048, 8192), 16, ("disaggregated", 8), ("async", 1), (1, 8), (8, 1, 1, 1, 1, 1, 20480), False),
+     (512, 16, 2048, 8192), 16, ("disaggregated", 8), ("streaming", 0), (1, 8), (8, 1, 1, 1, 1, 1, 20480), False),
     # OpenRLHF 0.9.1: separate groups of 2 GPUs (ref with actor, reward with critic) + 2 engines
     # of tp 2 = 8 GPUs on one node (num_gpus_per_node is each group's share, not the node size)
     ("openrlhf/v0.9.1/train_ppo_llama_ray.sh", "Llama-3-8B", (1, 8), "PPO", None,
@@ -162,7 +162,7 @@ def test_switches_read_from_the_scripts() -> None:
     actor = spec.plan.layouts["actor"]
     assert (actor.etp, actor.backend, actor.sequence_parallel, actor.forward_max_tokens_per_microbatch) == (1, "megatron", True, 11680)
     spec, rep = imported("verl/experimental/fully_async_policy/shell/dapo_7b_math_fsdp2_8_8.sh")
-    assert "async_training.partial_rollout" in {n.key for n in rep.unsupported}
+    assert spec.plan.mode.staleness_threshold == 0.1 and "async_training.partial_rollout" in {n.key for n in rep.mapped}
     assert "actor_rollout_ref.actor.fsdp_config.fsdp_size" in {n.key for n in rep.unsupported}
     spec, _ = imported("openrlhf/v0.9.1/train_ppo_llama_ray.sh")
     assert dict(spec.plan.placement.assign)["reward_model"] == "critic"  # --colocate_critic_reward

@@ -267,3 +267,28 @@ def test_analyze_and_simulate_give_one_step_time() -> None:
 def test_missing_scenario_file_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _run(["analyze", "no/such/file.yaml"], capsys)
     assert code == 2 and out == "" and "file not found: no/such/file.yaml" in err
+
+
+def test_readme_example_uses_real_names() -> None:
+    """The README's Python example calls rlperf.plan with keywords it takes and reads fields the
+    answer has (checked without running its 4-node search)."""
+    import ast
+    import dataclasses
+    import inspect
+    import re
+    from pathlib import Path
+
+    from rlperf.api import RunTotals, plan
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    code = re.search(r"## Python API.*?```python\n(.*?)```", readme, re.S)
+    assert code is not None
+    tree = ast.parse(code.group(1))
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "rlperf.plan")
+    allowed = set(inspect.signature(plan).parameters) | set(Question.__annotations__)
+    assert {k.arg for k in call.keywords} <= allowed
+    fields = {f.name for f in dataclasses.fields(PlanAnswer)} | {"best"}
+    used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and ast.unparse(n.value) == "ans"}
+    assert used <= fields, used - fields
+    run_used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and ast.unparse(n.value) == "ans.run"}
+    assert run_used <= {f.name for f in dataclasses.fields(RunTotals)} | {"hours", "gpu_hours"}

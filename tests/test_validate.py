@@ -13,19 +13,8 @@ import yaml
 from rlperf.errors import SpecError
 from rlperf.validate import CaseResult, error_stats, run_cases, summarize, validate
 from rlperf.validation_cases import CaseFile, calibration_split, deep_merge, load_cases
+from tests.helpers.scenarios import SMALL_SCENARIO
 
-SMALL_SCENARIO = {
-    "model": "Qwen2.5-0.5B",
-    "cluster": {"gpu": "H100", "num_nodes": 1, "gpus_per_node": 8},
-    "workload": {
-        "prompts_per_step": 16,
-        "group_size": 4,
-        "prompt_length": {"kind": "fixed", "tokens": 128},
-        "response_length": {"kind": "uniform", "min_tokens": 64, "max_tokens": 512},
-    },
-    "algorithm": {"name": "GRPO", "minibatches": 2},
-    "plan": {"placement": {"kind": "colocated"}, "rollout": {"tp": 1}, "mode": {"kind": "sync"}},
-}
 
 
 def _write(tmp_path: Path, data: dict) -> Path:

@@ -137,12 +137,14 @@ def build_scenario(
     model, gpu, nodes, gpus_per_node = q.get("model"), q.get("gpu"), q.get("nodes"), q.get("gpus_per_node")
     algorithm, workload, prompts, group_size = q.get("algorithm"), q.get("workload"), q.get("prompts"), q.get("group_size")
     max_response, hardware_profile = q.get("max_response"), q.get("hardware_profile")
-    from rlperf.scenario import load_scenario, read_scenario_data, resolve_workload, scenario_path
+    from rlperf.errors import SpecError
+    from rlperf.scenario import check_sections, load_scenario, read_scenario_data, resolve_workload, scenario_path
     from rlperf.specs.response_lengths import choose_response_lengths
     from rlperf.specs.workload import workload_to_dict
 
     path = scenario_path(scenario or DEFAULT_SCENARIO)
     data = read_scenario_data(path)
+    check_sections(data, path, ("cluster", "workload", "algorithm"))  # the sections edited below
     if model:
         data["model"] = model
     cl = dict(data.get("cluster") or {})
@@ -174,7 +176,10 @@ def build_scenario(
         alg = dict(data.get("algorithm") or {}).get("name", "GRPO")
         gpn = f"x{c['gpus_per_node']}" if c.get("gpus_per_node") else ""
         data["name"] = f"{alg}-{Path(str(data.get('model', 'model'))).stem}-{c.get('num_nodes', 1)}{gpn}-{c.get('gpu', 'H100')}".lower()
-    return load_scenario(data), choice
+    try:
+        return load_scenario(data), choice
+    except SpecError as err:
+        raise err.in_source(path) from None
 
 
 def with_mean_response(sc: Scenario, mean_tokens: float) -> Scenario:

@@ -78,6 +78,11 @@ def one_line(err: ValidationError, prefix: str = "") -> SpecError:
         field = f"{prefix}.{field}" if field != "<root>" else prefix
     problem = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
     ctx = first.get("ctx") or {}
+    cause = ctx.get("error")
+    if isinstance(cause, SpecError):  # raised by a model validator: it names the field inside its model
+        loc = _loc(tuple(first.get("loc", ())))
+        parts = [p for p in (prefix, "" if loc == "<root>" else loc, cause.field) if p]
+        return SpecError(".".join(parts), cause.problem, cause.allowed)
     allowed = None
     if "expected" in ctx:
         allowed = str(ctx["expected"])

@@ -31,7 +31,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 
 def safe_name(name: str, default: str = "scenario") -> str:
     """``name`` as one file name component: other characters become ``_``, no leading dot."""
-    cleaned = _UNSAFE.sub("_", str(name)).lstrip(".")[:MAX_NAME_CHARS].strip("_")
+    cleaned = _UNSAFE.sub("_", str(name)).strip("._")[:MAX_NAME_CHARS]
     return cleaned or default
 
 

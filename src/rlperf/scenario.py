@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from rlperf.inputs.ranges import GpusPerNode, NumEpochs, NumGpus, NumIterations, NumMinibatches, NumNodes, NumWorkers, TaskSeconds
+from rlperf.inputs.ranges import GPUS, GpusPerNode, NumEpochs, NumGpus, NumIterations, NumMinibatches, NumNodes, NumWorkers, TaskSeconds
 from rlperf.algorithms import AlgorithmSpec, get_algorithm
 from rlperf.algorithms.spec import KL
 from rlperf.errors import SpecError, parse, show_path
@@ -45,6 +45,12 @@ class ClusterSpec(Spec):
     # total GPUs instead of num_nodes: whole domains and a partial last one (128 GB200 = 72 + 56)
     num_gpus: NumGpus | None = None
     profile: str | None = None  # path to a hardware profile file (e.g. from `rlperf calibrate`)
+
+    @model_validator(mode="after")
+    def _check_total(self) -> ClusterSpec:
+        if self.gpus_per_node is not None:  # else the accelerator's domain: checked by Cluster
+            GPUS.require("num_nodes", self.num_gpus or self.num_nodes * self.gpus_per_node)
+        return self
 
 
 class RewardSpec(Spec):
@@ -189,6 +195,13 @@ def scenario_path(source: str | Path) -> Path:
             raise unknown_name("scenario", str(source), list_scenarios())
         path = shipped
     return path
+
+
+def check_sections(data: Mapping[str, Any], path: Path, keys: tuple[str, ...]) -> None:
+    """Refuse a section of a scenario file that is not a mapping (before code edits it as one)."""
+    for key in keys:
+        if not isinstance(data.get(key) or {}, dict):
+            raise SpecError(key, f"must be a mapping, got {type(data[key]).__name__}", source=show_path(path))
 
 
 def read_scenario_data(source: str | Path) -> dict[str, Any]:

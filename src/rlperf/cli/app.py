@@ -39,8 +39,14 @@ def _register() -> None:
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                   file: TextIO | None = None, line: str | None = None) -> None:
-    """Warnings as one line (``warning: ...``), without the source line Python shows by default."""
-    print(f"warning: {' '.join(str(message).split())}", file=sys.stderr)
+    """Warnings as one line (``warning: ...``), each once, without the source line Python shows."""
+    text = " ".join(str(message).split())
+    if text not in _shown:
+        _shown.add(text)
+        print(f"warning: {text}", file=sys.stderr)
+
+
+_shown: set[str] = set()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -48,10 +54,11 @@ def main(argv: list[str] | None = None) -> None:
 
     Exit codes: 0 done, 2 bad input (``error: ...``), 130 interrupted (Ctrl-C).
     """
-    _register()
     warnings.showwarning = _show_warning
     try:
-        app(args=argv, standalone_mode=False)
+        _register()
+        # Not standalone, typer turns Ctrl-C into Exit(130) and *returns* the code (it was dropped).
+        code = app(args=argv, standalone_mode=False)
     except KeyboardInterrupt:
         _interrupted()
     except ValidationError as err:  # a spec built inside a command: its first error, in one line
@@ -65,9 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {where}{err.strerror or type(err).__name__}", file=sys.stderr)
         raise SystemExit(2) from None
     except typer.Exit as ex:
-        if ex.exit_code == 130:
-            _interrupted()
-        raise SystemExit(ex.exit_code) from None
+        code = ex.exit_code
     except Exception as err:  # click usage errors
         # typer >= 0.20 raises the exceptions of its vendored click (typer._click), not click's.
         import click
@@ -89,6 +94,10 @@ def main(argv: list[str] | None = None) -> None:
             if isinstance(err, getattr(exc, "Abort", ())):
                 _interrupted()
         raise
+    if code == 130:
+        _interrupted()
+    if isinstance(code, int) and code != 0:
+        raise SystemExit(code)
 
 
 def _interrupted() -> NoReturn:

@@ -58,6 +58,16 @@ class Quantity:
         return value
 
 
+    def require(self, field: str, value: float) -> None:
+        """For a model validator: a SpecError naming ``field`` outside the range (warning near its edge)."""
+        try:
+            self.check(value)
+        except PydanticCustomError:
+            from rlperf.errors import SpecError
+
+            raise SpecError(field, f"{_fmt(float(value))} {self.unit} is outside the plausible range", self.allowed) from None
+
+
 def _fmt(x: float) -> str:
     if x == int(x) if math.isfinite(x) else False:
         return f"{int(x):,}" if abs(x) < 1e7 else f"{x:.3g}"
@@ -69,11 +79,14 @@ NODES = Quantity("nodes", 1, 16_384, "the largest training clusters hold ~100k G
                  warn_above=4_096)
 GPUS_PER_NODE = Quantity("GPUs per node", 1, 144, "a scale-up domain: 8 (HGX) to 72 (GB200 NVL72), 144 dies (NVL144)",
                          warn_above=72)
-GPUS = Quantity("GPUs", 1, 16_384 * 144, "nodes x GPUs per node at their bounds")
+GPUS = Quantity("GPUs", 1, 131_072, "the largest training clusters hold ~100k GPUs; simulating 131k takes seconds",
+               warn_above=32_768)
 PARALLEL = Quantity("ways", 1, 16_384, "a parallel degree never exceeds the GPUs of a large cluster")
 # ---------------------------------------------------------------------------- counts of work
-PROMPTS = Quantity("prompts per step", 1, 1_048_576, "published RL batches: 32 to 8,192 prompts per step",
-                   warn_above=65_536)
+PROMPTS = Quantity("prompts per step", 1, 65_536, "published RL batches: 32 to 8,192 prompts per step",
+                   warn_above=16_384)
+RESPONSES = Quantity("responses per step", 1, 524_288, "published RL steps: up to 131k responses (8,192 prompts x 16); "
+                     "the simulator samples each one", warn_above=131_072)
 GROUP_SIZE = Quantity("responses per prompt", 1, 4_096, "GRPO groups: 4 to 64; the largest published: 512",
                       warn_above=512)
 TOKENS = Quantity("tokens", 1, 4_194_304, "the longest context windows: 1M to 4M tokens", warn_above=1_048_576)

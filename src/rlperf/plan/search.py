@@ -138,9 +138,10 @@ def local_mapper(jobs: int | None = None) -> Mapper:
         try:
             out = list(ex.map(fn, items))
         except BaseException:  # Ctrl-C (the workers ignore it): stop them now, not after their tasks
-            ex.shutdown(wait=False, cancel_futures=True)
-            for proc in list(ex._processes.values()):
+            procs = list((ex._processes or {}).values())
+            for proc in procs:
                 proc.terminate()
+            ex.shutdown(wait=False, cancel_futures=True)
             raise
         ex.shutdown()
         return out

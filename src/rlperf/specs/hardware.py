@@ -14,7 +14,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from rlperf.inputs.ranges import Bandwidth, Bytes, FlopRate, GpusPerNode, LaunchSeconds, NumNodes, OverheadSeconds
+from rlperf.inputs.ranges import GPUS, Bandwidth, Bytes, FlopRate, GpusPerNode, LaunchSeconds, NumNodes, OverheadSeconds
 from rlperf.specs.base import Spec
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
@@ -184,6 +184,7 @@ class Cluster(Spec):
             raise ValueError(f"profile is for {self.profile.accelerator!r}, cluster has {self.accelerator.id!r}")
         if self.last_node_gpus is not None and self.last_node_gpus > self.gpus_per_node:
             raise ValueError(f"last_node_gpus {self.last_node_gpus} exceeds gpus_per_node {self.gpus_per_node}")
+        GPUS.require("num_nodes", self.num_gpus)  # nodes x GPUs per node
         return self
 
     @property

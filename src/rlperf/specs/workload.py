@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
-from rlperf.inputs.ranges import GroupSize, NumPrompts
+from rlperf.inputs.ranges import RESPONSES, GroupSize, NumPrompts
 from rlperf.errors import SpecError
 from rlperf.specs.base import Spec
 from rlperf.specs.lengths import (
@@ -164,6 +164,7 @@ class Workload(Spec):
                 "max_total_tokens", f"{self.max_total_tokens} leaves no room for a response after the prompt cap",
                 f"> {self.prompt_length.cap_tokens}",
             )
+        RESPONSES.require("prompts_per_step", self.prompts_per_step * self.group_size)  # x group_size
         return self
 
     @property

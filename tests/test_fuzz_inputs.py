@@ -1,0 +1,307 @@
+"""Fuzzing every input kind: whatever a file or an option holds, rlperf either does its job or
+says what is wrong in one line (exit 2), writes nothing, and never runs past a time limit.
+
+Strategies start from a valid input of each kind and mutate it: a value replaced by an
+adversarial one (0, -1, 2^63, 1e30, NaN, inf, strings, lists, mappings), a key deleted or added,
+or the text itself cut and spliced with YAML's special characters. Each case runs the command
+in-process (tests/helpers/cli.py) with a time limit.
+
+CI runs derandomized (tests/conftest.py); locally each run explores new inputs. More examples:
+``RLPERF_FUZZ_SCALE=20 HYPOTHESIS_PROFILE=explore pytest tests/test_fuzz_inputs.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shlex
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.helpers.cli import Outcome, assert_one_line_error, files_under, invoke
+from tests.helpers.models import QWEN25_7B_CONFIG
+from tests.test_hardening_corpus import EX, OPENRLHF, SMALL, VERL
+
+SCALE = float(os.environ.get("RLPERF_FUZZ_SCALE", "1"))
+
+
+def fuzz(examples: int) -> Any:
+    return settings(max_examples=max(1, int(examples * SCALE)), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@contextmanager
+def workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="rlperf-fuzz-") as d:
+        yield Path(d)
+
+
+def check(res: Outcome, out: Path | None = None) -> None:
+    """Done (exit 0, warnings only on stderr) or refused in one line (exit 2, nothing written)."""
+    assert "Traceback" not in res.err and "Traceback" not in res.out, res.err[-3000:]
+    assert res.code in (0, 2), (res.code, res.err[-2000:])
+    if res.code == 2:
+        assert_one_line_error(res)
+        if out is not None:
+            assert files_under(out) == [], files_under(out)
+    else:
+        assert all(ln.startswith("warning: ") for ln in res.err_lines), res.err[-2000:]
+
+
+# ------------------------------------------------------------------------------ strategies
+
+SPECIAL = [0, -1, 1, 2, 2**31, 2**63, -(2**63), 10**30, 1e30, 1e-30, 0.5, 1.5, -0.0, float("inf"), float("-inf"),
+           float("nan"), "", "1:30", "0x10", "0o7", "yes", "off", "~", "null", ".inf", "-", "../../x", "/etc/passwd",
+           "a" * 300, None, True, False, [], {}]
+LEAF = st.one_of(st.sampled_from(SPECIAL), st.integers(), st.floats(), st.text(max_size=12))
+VALUE = st.recursive(LEAF, lambda kids: st.one_of(st.lists(kids, max_size=3),
+                                                  st.dictionaries(st.text(max_size=6), kids, max_size=3)), max_leaves=6)
+YAML_CHARS = "[]{}:,&*!|>-#'\"%@`?\n\t 0123456789.eE+-~aZ\\"
+
+
+def key_paths(tree: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = []
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            out.append((*prefix, k))
+            out.extend(key_paths(v, (*prefix, k)))
+    return out
+
+
+@st.composite
+def mutated(draw: st.DrawFn, base: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with 1 to 3 edits: a value replaced, a key deleted, or an unknown key added."""
+    data = copy.deepcopy(base)
+    for _ in range(draw(st.integers(1, 3))):
+        paths = key_paths(data)
+        if not paths:
+            break
+        path = draw(st.sampled_from(paths))
+        parent: Any = data
+        for k in path[:-1]:
+            parent = parent[k]
+        if not isinstance(parent, dict) or path[-1] not in parent:
+            continue
+        op = draw(st.sampled_from(["set", "set", "set", "delete", "add"]))
+        if op == "set":
+            parent[path[-1]] = draw(VALUE)
+        elif op == "delete":
+            del parent[path[-1]]
+        else:
+            parent[draw(st.text(min_size=1, max_size=8))] = draw(VALUE)
+    return data
+
+
+@st.composite
+def spliced_text(draw: st.DrawFn, text: str) -> str:
+    """``text`` with a slice replaced by characters that mean something to YAML."""
+    i = draw(st.integers(0, len(text)))
+    j = draw(st.integers(i, min(len(text), i + 40)))
+    return text[:i] + draw(st.text(alphabet=YAML_CHARS, max_size=30)) + text[j:]
+
+
+def dump(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def document(base: dict[str, Any]) -> st.SearchStrategy[str]:
+    return st.one_of(mutated(base).map(dump), mutated(base).map(dump), spliced_text(dump(base)))
+
+
+# ------------------------------------------------------------------------------ scenario
+
+
+def simulate_checked(d: Path, scenario: str | dict[str, Any]) -> None:
+    f = d / "sc.yaml"
+    f.write_text(scenario if isinstance(scenario, str) else dump(scenario))
+    out = d / "out"
+    check(invoke(["simulate", str(f), "--out", str(out)], time_limit_s=60), out)
+
+
+@fuzz(30)
+@given(text=document(SMALL))
+def test_fuzz_scenario_simulate(text: str) -> None:
+    with workdir() as d:
+        simulate_checked(d, text)
+
+
+@fuzz(6)
+@given(data=mutated(SMALL))
+def test_fuzz_scenario_plan(data: dict[str, Any]) -> None:
+    with workdir() as d:
+        f = d / "sc.yaml"
+        f.write_text(dump(data))
+        out = d / "report"
+        check(invoke(["plan", "-s", str(f), "--report", str(out), "--top-k", "1", "--jobs", "1"], time_limit_s=90), out)
+
+
+# ------------------------------------------------------------------------------ HF config.json
+
+
+@fuzz(20)
+@given(config=mutated(QWEN25_7B_CONFIG), raw=st.booleans(), junk=st.text(max_size=20))
+def test_fuzz_hf_config(config: dict[str, Any], raw: bool, junk: str) -> None:
+    with workdir() as d:
+        (d / "m").mkdir()
+        text = json.dumps(config)  # NaN/Infinity as Python writes them: refused by the loader
+        (d / "m" / "config.json").write_text(text[: len(text) // 2] + junk if raw else text)
+        simulate_checked(d, {**SMALL, "model": str(d / "m")})
+
+
+# ------------------------------------------------------------------------------ hardware profile
+
+PROFILE: dict[str, Any] = {
+    "kernel_launch_s": 3e-6, "matmul_efficiency": 0.7, "hbm_efficiency": 0.8, "inter_node_latency_s": 1e-5,
+    "intra_node_efficiency": 0.8, "engine_step_overhead_s": 1e-3, "matmul_efficiency_by_dtype": {"fp8": 0.6},
+    "measurements": {"engine_step_s": {"fixed_s": 0.001, "per_layer_s": 1e-5}},
+}
+
+
+@fuzz(20)
+@given(text=document(PROFILE), as_json=st.booleans())
+def test_fuzz_profile(text: str, as_json: bool) -> None:
+    with workdir() as d:
+        prof = d / ("prof.json" if as_json else "prof.yaml")
+        try:
+            prof.write_text(json.dumps(yaml.safe_load(text)) if as_json else text)
+        except yaml.YAMLError:
+            prof.write_text(text)
+        simulate_checked(d, {**SMALL, "cluster": {**SMALL["cluster"], "profile": str(prof)}})
+
+
+# ------------------------------------------------------------------------------ verl YAML and scripts
+
+VERL_TREE: dict[str, Any] = yaml.safe_load(VERL.read_text())
+
+
+def _flat_keys(tree: dict[str, Any], prefix: str = "") -> list[str]:
+    out: list[str] = []
+    for k, v in tree.items():
+        out.extend(_flat_keys(v, f"{prefix}{k}.") if isinstance(v, dict) and v else [f"{prefix}{k}"])
+    return out
+
+
+VERL_KEYS = _flat_keys(VERL_TREE)
+
+
+def as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+@fuzz(30)
+@given(text=document(VERL_TREE))
+def test_fuzz_verl_yaml(text: str) -> None:
+    with workdir() as d:
+        f = d / "ppo.yaml"
+        f.write_text(text)
+        out = d / "imported.yaml"
+        res = invoke(["import", "verl", str(f), "--out", str(out)], time_limit_s=20)
+        check(res)
+        assert out.exists() == (res.code == 0)
+
+
+@fuzz(30)
+@given(lines=st.lists(st.one_of(
+    st.tuples(st.sampled_from(["", "+", "++", "~"]), st.sampled_from(VERL_KEYS), VALUE).map(
+        lambda t: f"{t[0]}{t[1]}" if t[0] == "~" else f"{t[0]}{t[1]}={as_text(t[2])}"),
+    st.text(alphabet=YAML_CHARS + "=$\\", max_size=30)), min_size=1, max_size=6), suffix=st.sampled_from([".sh", ".overrides"]))
+def test_fuzz_verl_script(lines: list[str], suffix: str) -> None:
+    with workdir() as d:
+        f = d / f"run{suffix}"
+        f.write_text("\n".join(lines) + "\n")
+        check(invoke(["import", "verl", str(f)], time_limit_s=20))
+        check(invoke(["import", "verl", str(VERL), *lines], time_limit_s=20))  # the same as arguments
+
+
+# ------------------------------------------------------------------------------ OpenRLHF script
+
+OPENRLHF_OPTIONS = sorted({tok for tok in shlex.split(OPENRLHF.read_text(), comments=True) if tok.startswith("--")})
+
+
+@fuzz(30)
+@given(edits=st.lists(st.tuples(st.sampled_from(OPENRLHF_OPTIONS), st.one_of(LEAF.map(as_text), st.just(""))),
+                      min_size=1, max_size=4),
+       junk=st.text(alphabet=YAML_CHARS + "=$\\'\"", max_size=20))
+def test_fuzz_openrlhf_script(edits: list[tuple[str, str]], junk: str) -> None:
+    with workdir() as d:
+        f = d / "run.sh"
+        extra = " ".join(f"{opt} {shlex.quote(val)}" if val else opt for opt, val in edits)
+        f.write_text(OPENRLHF.read_text().rstrip() + f" {extra} {junk}\n")
+        out = d / "imported.yaml"
+        res = invoke(["import", "openrlhf", str(f), "--out", str(out)], time_limit_s=20)
+        check(res)
+        assert out.exists() == (res.code == 0)
+
+
+# ------------------------------------------------------------------------------ cases file
+
+CASES: dict[str, Any] = {
+    "version": 1,
+    "simulation": {"iterations": 2, "warmup": 1},
+    "templates": {"small": {k: v for k, v in SMALL.items() if k not in ("name", "simulation")}},
+    "cases": [{"id": "c1", "source_url": "https://example.org/a", "metric": {"kind": "step_time_s"}, "measured": 10.0,
+               "scenario": {"template": "small"}}],
+}
+
+
+@fuzz(15)
+@given(text=document(CASES))
+def test_fuzz_cases_file(text: str) -> None:
+    with workdir() as d:
+        f = d / "cases.yaml"
+        f.write_text(text)
+        check(invoke(["validate", "--cases", str(f), "--jobs", "1", "--json"], time_limit_s=60))
+
+
+# ------------------------------------------------------------------------------ command-line options
+
+PLAN_OPTIONS = ["--nodes", "--gpus-per-node", "--prompts", "--group-size", "--max-response", "--max-staleness", "--top-k",
+                "--jobs", "--objective", "--executor", "--gpu", "--model", "--algorithm", "--workload", "--hardware-profile"]
+BAD_NUMBERS = st.one_of(st.sampled_from(["0", "-1", "-5", "1e27", "2.5", "nan", "inf", "", "x", str(2**63), "100000000"]),
+                        st.integers(max_value=0).map(str), st.integers(min_value=10**6).map(str))
+
+
+@fuzz(20)
+@given(opts=st.lists(st.tuples(st.sampled_from(PLAN_OPTIONS), st.one_of(BAD_NUMBERS, st.text(max_size=10))),
+                     min_size=1, max_size=3))
+def test_fuzz_plan_options(opts: list[tuple[str, str]]) -> None:
+    with workdir() as d:
+        sc = d / "sc.yaml"
+        sc.write_text(dump(SMALL))
+        args = ["plan", "-s", str(sc), "--report", str(d / "r"), "--top-k", "1", "--jobs", "1"]
+        for opt, val in opts:
+            args += [opt, val]
+        check(invoke(args, time_limit_s=90), d / "r")
+
+
+@fuzz(15)
+@given(iterations=BAD_NUMBERS, out_kind=st.sampled_from(["new", "file", "deep"]))
+def test_fuzz_simulate_options(iterations: str, out_kind: str) -> None:
+    with workdir() as d:
+        sc = d / "sc.yaml"
+        sc.write_text(dump(SMALL))
+        out = {"new": d / "out", "file": d / "file", "deep": d / "a" / "b" / "c"}[out_kind]
+        if out_kind == "file":
+            out.write_text("keep")
+        res = invoke(["simulate", str(sc), "--out", str(out), "--iterations", iterations], time_limit_s=60)
+        check(res)
+        if out_kind == "file":
+            assert out.read_text() == "keep"
+
+
+@pytest.mark.parametrize("kind", ["verl", "openrlhf"])
+def test_examples_still_import(kind: str) -> None:
+    """The fuzz bases are valid: every shipped example imports (so mutations start from a good input)."""
+    for f in sorted(EX.glob("*")):
+        if f.name.startswith(kind) and f.suffix != ".overrides":  # overrides go with a YAML
+            res = invoke(["import", kind, str(f)])
+            assert res.code == 0, res.err

@@ -1,0 +1,68 @@
+"""Ctrl-C: each long command exits 130 with one line, writes nothing, leaves no worker behind.
+
+These run the command in a subprocess (a signal is sent to a process) and are the only
+subprocess cases of the hardening suite.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def interrupt(args: list[str], tmp_path: Path, after_s: float, wait_for: str | None = None) -> tuple[int, str]:
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "COLUMNS": "120"}
+    proc = subprocess.Popen([sys.executable, "-c", "from rlperf.cli.app import main; main()", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(after_s)
+    assert proc.poll() is None, f"finished before the interrupt: {proc.stderr.read() if proc.stderr else ''}"
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("did not stop within 60 s of Ctrl-C")
+    return proc.returncode, err
+
+
+RAY_LOG = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+(INFO|WARNING) ")  # Ray's own start-up lines
+
+
+def assert_interrupted(code: int, err: str) -> None:
+    assert code == 130, (code, err[-2000:])
+    assert "Traceback" not in err and "Fatal Python error" not in err, err[-3000:]
+    lines = [ln for ln in err.splitlines() if ln.strip() and not RAY_LOG.match(ln)]
+    assert lines == ["error: interrupted (nothing written)"], lines
+
+
+def test_plan_ctrl_c(tmp_path: Path) -> None:
+    code, err = interrupt(["plan", "--report", str(tmp_path / "report"), "--jobs", "2"], tmp_path, after_s=6)
+    assert_interrupted(code, err)
+    assert not (tmp_path / "report").exists() or not any((tmp_path / "report").iterdir())
+
+
+def test_simulate_ctrl_c(tmp_path: Path) -> None:
+    code, err = interrupt(["simulate", "grpo-qwen2.5-7b-colocated-sync", "--iterations", "1000", "--out", str(tmp_path / "out")],
+                          tmp_path, after_s=6)
+    assert_interrupted(code, err)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_validate_ctrl_c(tmp_path: Path) -> None:
+    code, err = interrupt(["validate", "--jobs", "2"], tmp_path, after_s=6)
+    assert_interrupted(code, err)
+
+
+def test_plan_ray_ctrl_c(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    code, err = interrupt(["plan", "--executor", "ray", "--report", str(tmp_path / "report")], tmp_path, after_s=25)
+    assert_interrupted(code, err)

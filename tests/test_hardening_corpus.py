@@ -191,7 +191,7 @@ def test_deep_yaml(tmp_path: Path, text: str) -> None:
         ("- a\n- b\n", "list"),
         ("workload: .nan\n", "workload"),
         ("name: a\nname: b\n", "duplicate key"),
-        ("cluster: {num_nodes: 0}\n", "num_nodes"),
+        ("cluster: {num_nodes: 0}\nworkload: {preset: deepscaler-8k}\n", "num_nodes"),
     ],
     ids=["bad-yaml", "empty", "list", "nan-workload", "duplicate-key", "zero-nodes"],
 )

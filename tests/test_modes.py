@@ -144,3 +144,12 @@ def test_streaming_hides_the_tail_and_inflight_updates_hide_the_sync() -> None:
             sample=toy_sampler(1), prompts=16)
     assert f.step_time_s <= s.step_time_s < a.step_time_s
     assert s.stage("generate").time_s < a.stage("generate").time_s
+
+
+def test_trace_shows_the_staleness_of_each_update() -> None:
+    from rlperf.sim.trace import chrome_trace
+
+    r = run(ExecutionMode(kind="streaming", staleness_threshold=1.0), SPLIT, iterations=4, sample=toy_sampler(1))
+    updates = [e for e in chrome_trace(r.segments)["traceEvents"] if e.get("name") == "actor_update"]
+    assert updates and all(e["args"]["staleness_max"] >= e["args"]["staleness_mean"] >= 0 for e in updates)
+    assert max(e["args"]["staleness_mean"] for e in updates) >= 1  # after the first step, all lag

@@ -169,7 +169,7 @@ def render_answer(ans: PlanAnswer) -> None:
         w = table("what if (simulated, from the best plan)", "change", "step", "speedup", "staleness")
         for x in ans.explanation.what_ifs[:3]:
             w.add_row(x.change, fmt_s(x.step_time_s) if x.step_time_s != float("inf") else x.note[:60],
-                      f"{x.speedup:.2f}x", str(x.staleness))
+                      f"{x.speedup:.2f}x", x.staleness_summary or str(x.staleness))
         console.print(w)
     if ans.launch is not None:
         console.print(f"[bold]launch with {ans.launch.framework}[/] (the best plan):")

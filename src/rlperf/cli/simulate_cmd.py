@@ -21,8 +21,7 @@ def render_result(r: SimResult) -> None:
     if r.cost_usd_per_step is not None:
         head.add_row("cost per step", f"${r.cost_usd_per_step:,.2f}")
     if r.staleness:
-        hist = {s: r.staleness.count(s) for s in sorted(set(r.staleness))}
-        head.add_row("staleness (versions: responses)", ", ".join(f"{k}: {v}" for k, v in hist.items()))
+        head.add_row("staleness (updates behind: share of responses)", r.staleness_distribution.summary())
     console.print(head)
     stages = table("stages (mean per step)", "stage", "pool", "time", "share", "work (GPU·s)", "depth", "W/D")
     total = sum(s.time_s for s in r.stages) or 1.0

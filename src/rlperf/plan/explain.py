@@ -25,8 +25,10 @@ class WhatIf:
     change: str
     step_time_s: float
     speedup: float  # baseline step time / variant step time
-    staleness: int
+    staleness: int  # largest policy lag of a trained response
     note: str = ""
+    # The lag of every trained response: what the speed costs in off-policyness.
+    staleness_summary: str = ""
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,9 @@ def variants(sc: Scenario) -> list[tuple[str, Plan]]:
         if mode.staleness == 0:
             out.append(("one-step off-policy (staleness 1)", plan.model_copy(update={"mode": ExecutionMode(kind="one_step_off")})))
             out.append(("async, staleness 2", plan.model_copy(update={"mode": ExecutionMode(kind="async", staleness=2)})))
+        if not mode.carries_unfinished:
+            out.append(("streaming (threshold 0.5, requests interrupted at each weight update)",
+                        plan.model_copy(update={"mode": ExecutionMode(kind="streaming", staleness_threshold=0.5)})))
         if plan.placement.kind == "disaggregated" and plan.placement.rollout_gpus is not None:
             g = plan.placement.rollout_gpus
             step = node if total > node else max(1, plan.rollout.tp)
@@ -125,7 +130,8 @@ def explain(
             continue
         stale = max(r.staleness) if r.staleness else plan.mode.effective_staleness
         t = r.normalized_step_time_s
-        whatifs.append(WhatIf(label, t, result.normalized_step_time_s / t, stale))
+        whatifs.append(WhatIf(label, t, result.normalized_step_time_s / t, stale,
+                              staleness_summary=r.staleness_distribution.summary()))
     whatifs.sort(key=lambda w: (-w.speedup, w.change))
     lb = result.bounds.lower_bound_s
     return Explanation(bottlenecks(result), lb, result.step_time_s / lb if lb > 0 else float("inf"), tuple(whatifs))

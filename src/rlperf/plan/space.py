@@ -14,8 +14,9 @@ Grid (documented choices, not tuned; kept small so that a search fits in a minut
   only when a node cannot hold the model states fully sharded; ZeRO-3 (FSDP), full recompute;
   token budget per micro-batch = the longest sequence / cp rounded up to a power of two, at
   least 16k; ep = the largest of {8, 4, 2, 1} dividing the experts, for MoE;
-- execution mode: sync, sync + stage fusion, one-step off-policy and async (staleness 2) on
-  split pools, partial rollout with a budget of half the response cap.
+- execution mode: sync, sync + stage fusion, one-step off-policy, async (staleness 2) and
+  streaming (verl fully_async with partial rollout, staleness threshold 0.5) on split pools,
+  partial rollout with a budget of half the response cap.
 """
 
 from __future__ import annotations
@@ -169,6 +170,9 @@ def modes(sc: Scenario, split: bool, opts: SearchOptions) -> list[tuple[Executio
         out.append((ExecutionMode(kind="one_step_off"), "one-step-off"))
         if opts.max_staleness >= 2:
             out.append((ExecutionMode(kind="async", staleness=2), "async s=2"))
+            # Resumed requests keep their start version, so the lag of some exceeds ⌈τ⌉ = 1.
+            streaming = ExecutionMode(kind="streaming", staleness_threshold=0.5)
+            out.append((streaming, "streaming τ=0.5"))
     if opts.allow_partial_rollout and opts.max_staleness >= 1 and rounds.allows_partial_rollout:
         b = max(1, sc.workload.max_response_tokens // 2)
         out.append((ExecutionMode(kind="partial_rollout", token_budget=b), f"partial {b}"))

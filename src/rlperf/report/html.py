@@ -366,8 +366,8 @@ def _explanation(explanation: Explanation | None) -> str:
     parts.append(table(
         ["change", "step time", "speedup", "staleness", "note"],
         [[w.change, *((fmt_s(w.step_time_s), _x(w.speedup)) if w.step_time_s != float("inf") else ("-", "-")),
-          str(w.staleness), w.note]
-         for w in explanation.what_ifs], numeric=(1, 2, 3)))
+          w.staleness_summary or str(w.staleness), w.note]
+         for w in explanation.what_ifs], numeric=(1, 2)))
     return _section("explanation", "Explanation (the best plan)", "\n".join(parts))
 
 

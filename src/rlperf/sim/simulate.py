@@ -180,10 +180,18 @@ class Simulator:
             cost: StageCost = fn(gpus)
             self._record(it, stage, cost)
             pool = next(iter(grant), "cpu")
-            seg = Segment(pool, stage, now, now + cost.time_s, gpus, it)
+            seg = Segment(pool, stage, now, now + cost.time_s, gpus, it, self._staleness_args(it, stage))
             return TaskRun(duration_s=cost.time_s, segments=(seg,))
 
         return run
+
+    def _staleness_args(self, it: int, stage: str) -> tuple[tuple[str, float], ...]:
+        """Trace arguments of the update that trains iteration ``it``'s responses: the policy
+        lag of those responses (mean, max), so a trace shows what each update trained on."""
+        lags = self.iters[it].staleness
+        if stage != "actor_update" or not lags:
+            return ()
+        return (("staleness_mean", float(np.mean(lags))), ("staleness_max", float(max(lags))))
 
     # ------------------------------------------------------------------ rollout
     def _new_requests(self, it: int, rnd: int) -> tuple[np.ndarray, np.ndarray]:

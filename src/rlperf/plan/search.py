@@ -11,6 +11,7 @@ the simulated plans, in (step time, GPUs, cost per step, staleness).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -113,16 +114,28 @@ def resized(sc: Scenario, gpus: int) -> Scenario:
 
 
 def _simulate_one(args: tuple[Scenario, Plan]) -> SimResult | str:
+    """Simulate ``plan`` for the planner (no engine timeline: see :func:`_with_timeline`)."""
+    return _simulate(args[0], args[1], timeline=False)
+
+
+def _simulate(sc: Scenario, plan: Plan, timeline: bool) -> SimResult | str:
     from rlperf.sim.run import run_scenario
 
-    sc, plan = args
     warmup, steady = sim_iterations(plan)
     sim = sc.spec.simulation.model_copy(update={"iterations": warmup + steady, "warmup": warmup})
     spec = sc.spec.model_copy(update={"plan": plan, "simulation": sim})
     try:
-        return run_scenario(Scenario(spec, sc.models, sc.cluster, sc.workload, sc.algorithm))
+        return run_scenario(Scenario(spec, sc.models, sc.cluster, sc.workload, sc.algorithm), timeline=timeline)
     except SpecError as err:
         return str(err)
+
+
+def _with_timeline(sc: Scenario, e: PlanEvaluation) -> PlanEvaluation:
+    """``e`` simulated again with the engine timeline (the report draws the best plan's): the
+    same numbers, and cheap, as its rollouts and stage costs are memoized in this process."""
+    r = _simulate(sc, e.plan, timeline=True)
+    assert not isinstance(r, str) and e.sim is not None and r.step_times_s == e.sim.step_times_s
+    return dataclasses.replace(e, sim=r)
 
 
 # map(fn, items) -> [fn(item) ...], in order: a process pool here, Ray tasks with --executor ray.
@@ -339,7 +352,11 @@ def search(
         reasons = "; ".join(sorted({r.reason for r in rejected})[:3])
         raise SpecError("plan", f"no feasible plan on {sc.cluster.num_gpus} GPUs: {reasons}")
     ranked = sorted((e for e in ok if e.source != "user"), key=lambda e: (obj(e), e.label, e.num_gpus))
-    best_eval = ranked[0] if ranked else ok[0]
+    first = ranked[0] if ranked else ok[0]
+    best_eval = _with_timeline(subs[first.num_gpus], first)
+    ok = [best_eval if e is first else e for e in ok]
+    evals = [best_eval if e is first else e for e in evals]
+    ranked = [best_eval if e is first else e for e in ranked]
     n_est = len(estimated)
     comp = sum(e.evaluations for e in ests.values())
     t_end = time.perf_counter()

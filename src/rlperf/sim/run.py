@@ -50,7 +50,8 @@ def sim_config(sc: Scenario) -> SimConfig:
     )
 
 
-def run_scenario(sc: Scenario) -> SimResult:
+def run_scenario(sc: Scenario, timeline: bool = True) -> SimResult:
+    """``timeline=False``: no engine segments in the result (a planner reads figures only)."""
     from rlperf.sim.costs import AnalyticCosts
 
-    return simulate(sim_config(sc), AnalyticCosts(sc))
+    return simulate(sim_config(sc), AnalyticCosts(sc, timeline=timeline))

@@ -88,3 +88,14 @@ def test_loops_are_skipped_and_positional_defaults_used() -> None:
 def test_no_invocation_is_one_line_error() -> None:
     with pytest.raises(SpecError, match="no trainer invocation"):
         read_launch_script("echo hello", _is_trainer)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash to compare with")
+@pytest.mark.parametrize("word", [
+    "${X:-'a b'}", '"${X:-"${H}/v"}"', "${H:+set}${X:+no}", "a\\ b", "'$H'\"$H\"", "${arr[1]}", '"${arr[@]}"',
+    "${#arr[@]}", "$((H2 * (3 + 1) / 3))", "${X:=dflt}$X", "pre${H}post",
+])
+def test_words_match_bash(word: str) -> None:
+    setup = "H=/home/u\nH2=7\narr=(one 'two three' four)\n"
+    out = subprocess.run(["bash", "-c", f"{setup}printf '%s\\n' {word}"], capture_output=True, text=True, timeout=10, check=True)
+    assert tuple(out.stdout.splitlines()) == args_of(f"{setup}python -m trainer.main {word}")

@@ -46,6 +46,12 @@ _DECLARE = ("export", "local", "declare", "readonly", "typeset")
 _SKIPPED_BLOCKS = {"for": "done", "while": "done", "until": "done", "case": "esac"}
 
 
+class _Quoted(str):
+    """An expansion whose text came from quotes (``${X:-'a b'}``): never split into words."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class Invocation:
     """The trainer's command line found in a script: its entry point and arguments."""
@@ -272,7 +278,10 @@ def _expand(raw: str, shell: _Shell) -> list[str]:
             for k, item in enumerate(value if isinstance(value, list) else [value]):
                 if k:
                     flush()
-                add_split(item)
+                if isinstance(item, _Quoted):
+                    add(item)
+                else:
+                    add_split(item)
         else:
             add(c)
             i += 1
@@ -340,7 +349,7 @@ def _braced(body: str, shell: _Shell) -> str | list[str]:
         return ""
     positional = re.fullmatch(r"\d+(:?[-=+?])(.*)", body, re.DOTALL)
     if positional:  # the script is read without arguments: $1.. are unset
-        return "" if positional.group(1).endswith("+") else _expand_quoted(_unquote_default(positional.group(2)), shell)
+        return "" if positional.group(1).endswith("+") else _expand_quoted(_requote(positional.group(2)), shell)
     m = re.fullmatch(r"#([A-Za-z_][A-Za-z0-9_]*)(\[[@*]\])?", body)
     if m:
         counted = shell.variables.get(m.group(1), "")
@@ -359,39 +368,18 @@ def _braced(body: str, shell: _Shell) -> str | list[str]:
         name, op, word = m.groups()
         current = shell.variables.get(name)
         unset = current is None or (op.startswith(":") and current in ("", []))
-        alternative = _expand_quoted(_unquote_default(word), shell)
+        alternative = _expand_quoted(_requote(word), shell)
         if op.endswith("+"):
-            return "" if unset else alternative
+            return "" if unset else _Quoted(alternative) if any(q in word for q in "'\"") else alternative
         if not unset:
             return _value(name, shell)
         if op.endswith("="):
             shell.variables[name] = alternative
-        return alternative
+        return _Quoted(alternative) if any(q in word for q in "'\"") else alternative
     if _NAME.fullmatch(body):
         return _value(body, shell)
     shell.warn(f"expansion ${{{body}}} not understood (read as empty)")
     return ""
-
-
-def _unquote_default(word: str) -> str:
-    """The default of ``${VAR:-word}`` as double-quoted text (its own quotes removed)."""
-    out: list[str] = []
-    i, n = 0, len(word)
-    while i < n:
-        c = word[i]
-        if c == "'":
-            end = word.find("'", i + 1)
-            end = n if end < 0 else end
-            out.append(word[i + 1 : end].replace("\\", "\\\\").replace("$", "\\$"))
-            i = end + 1
-        elif c == '"':
-            end = _close_double(word, i)
-            out.append(word[i + 1 : end - 1])
-            i = end
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
 
 
 _BINARY: dict[type[ast.operator], Callable[[int, int], int]] = {
@@ -544,7 +532,8 @@ def _expand_quoted_word(raw: str, shell: _Shell) -> list[str]:
 
 
 def _requote(raw: str) -> str:
-    """``raw`` as the inside of a double-quoted string with the same meaning."""
+    """``raw`` as the inside of a double-quoted string with the same meaning (an assignment's
+    value, the word of ``${VAR:-word}``: expanded, quotes removed, never split)."""
     out: list[str] = []
     i, n = 0, len(raw)
     while i < n:

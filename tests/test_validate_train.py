@@ -13,6 +13,7 @@ from rlperf.validate_train import (
     COLUMNS,
     ErrorSummary,
     TrainValidation,
+    fit_layer_overhead,
     load_train_csv,
     shipped_csv,
     validate_train,
@@ -74,3 +75,23 @@ def test_cli_prints_the_summary_and_groups(capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     for text in ("MAPE", "median ratio", "holdout", "micro_batch", "hidden_size", "SHA-256"):
         assert text in out
+
+
+def test_the_fit_sees_only_the_fit_half(tmp_path: Path) -> None:
+    rows = load_train_csv(FIXTURE)
+    assert {m.split for m in rows} == {"fit", "holdout"}
+    fitted = fit_layer_overhead(rows, upper_s=5e-3, tolerance_s=1e-5)
+    # triple every hold-out time: the fitted value must not move
+    lines = FIXTURE.read_text(encoding="utf-8-sig").splitlines()
+    out = [lines[0]]
+    for line, m in zip(lines[1:], rows, strict=True):
+        cols = line.split(",")
+        if m.split == "holdout":
+            cols[-1] = str(3 * float(cols[-1]))
+        out.append(",".join(cols))
+    changed = tmp_path / "changed.csv"
+    changed.write_text("\n".join(out) + "\n")
+    assert fit_layer_overhead(load_train_csv(changed), upper_s=5e-3, tolerance_s=1e-5) == fitted
+    # and it is a real fit: slower fit-half rows give a larger overhead
+    slower = [type(m)(**{**m.__dict__, "measured_s": 1.5 * m.measured_s}) for m in rows]
+    assert fit_layer_overhead(slower, upper_s=5e-3, tolerance_s=1e-5) > fitted

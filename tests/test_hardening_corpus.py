@@ -215,6 +215,11 @@ def test_plan_s_checks_like_the_other_commands(tmp_path: Path, text: str, contai
         (["trainer.nnodes=0"], "trainer.nnodes"),
         (["actor_rollout_ref.rollout.n=1000000000"], "actor_rollout_ref.rollout.n"),
         (["actor_rollout_ref.rollout.gpu_memory_utilization=2"], "gpu_memory_utilization"),
+        # inside the importer's integer range, outside the scenario's physical one
+        (["trainer.n_gpus_per_node=200"], "trainer.n_gpus_per_node"),
+        (["actor_rollout_ref.rollout.n=5000"], "actor_rollout_ref.rollout.n"),
+        (["data.max_response_length=9000000"], "data.max_response_length"),
+        (["actor_rollout_ref.actor.ppo_epochs=5000"], "actor_rollout_ref.actor.ppo_epochs"),
     ],
     ids=lambda v: str(v)[-30:],
 )
@@ -225,7 +230,8 @@ def test_verl_bad_numbers_name_the_verl_key(tmp_path: Path, overrides: list[str]
 
 
 @pytest.mark.parametrize("option", ["--actor_num_gpus_per_node 0", "--vllm_tensor_parallel_size 0", "--ring_attn_size 0",
-                                    "--micro_train_batch_size 0", "--actor_num_nodes 0"])
+                                    "--micro_train_batch_size 0", "--actor_num_nodes 0", "--n_samples_per_prompt 5000",
+                                    "--generate_max_len 9000000", "--max_epochs 5000"])
 def test_openrlhf_zero_sizes_name_the_option(tmp_path: Path, option: str) -> None:
     sh = write(tmp_path / "run.sh", OPENRLHF.read_text().rstrip() + f" {option}\n")
     res = invoke(["import", "openrlhf", str(sh)], time_limit_s=10)

@@ -14,10 +14,13 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from rlperf.algorithms.spec import KL, AlgorithmSpec
-from rlperf.errors import SpecError
+from pydantic import ValidationError
+
+from rlperf.errors import SpecError, one_line
 from rlperf.frameworks.report import Recorder
 from rlperf.scenario import ScenarioSpec, resolve_workload
 from rlperf.specs.lengths import LogNormalLength
@@ -75,13 +78,28 @@ def _strip_finetune_suffix(text: str) -> str:
     return _FINETUNE_MARKER.sub("", text)
 
 
-def build_spec(framework: str, name: str | None, model: str, parts: dict[str, Any]) -> ScenarioSpec:
+def build_spec(framework: str, name: str | None, model: str, parts: dict[str, Any],
+               keys: Mapping[str, str] | None = None) -> ScenarioSpec:
     """The scenario of an import: ``parts`` holds cluster, workload, algorithm and plan mappings;
-    a missing run name becomes ``<framework>-import``. Errors are one line, prefixed by the import."""
+    a missing run name becomes ``<framework>-import``. Errors are one line naming the framework's
+    key where ``keys`` (scenario field -> config key) knows it, else the scenario field."""
     from rlperf.errors import parse
 
     data = {"name": name if name is not None else f"{framework.lower()}-import", "model": model, **parts}
-    return parse(ScenarioSpec, data, where=f"{framework} import")
+    where = f"{framework} import"
+    try:
+        return parse(ScenarioSpec, data, where=where)
+    except SpecError as err:
+        raise named(err, keys, where) from None
+
+
+def named(err: SpecError, keys: Mapping[str, str] | None, where: str = "") -> SpecError:
+    """``err`` under the framework key its scenario field came from, where ``keys`` knows it."""
+    field = err.field.removeprefix(where + ".") if where else err.field
+    for spec_field, key in (keys or {}).items():
+        if field == spec_field or field.startswith(spec_field + "."):
+            return SpecError(key, f"{err.problem} (as rlperf's {field})", err.allowed)
+    return err
 
 
 def generic_workload(
@@ -91,8 +109,26 @@ def generic_workload(
     response_cap_tokens: int,
     mean_response_tokens: float | None,
     rec: Recorder,
+    keys: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The workload mapping of an imported configuration (see the module docstring)."""
+    """The workload mapping of an imported configuration (see the module docstring); a value the
+    workload refuses is reported under its framework key (``keys``: scenario field -> key)."""
+    try:
+        return _generic_workload(prompts_per_step, group_size, prompt_cap_tokens, response_cap_tokens, mean_response_tokens, rec)
+    except ValidationError as err:
+        raise named(one_line(err, "workload"), keys) from None
+    except SpecError as err:
+        raise named(err, keys) from None
+
+
+def _generic_workload(
+    prompts_per_step: int,
+    group_size: int,
+    prompt_cap_tokens: int,
+    response_cap_tokens: int,
+    mean_response_tokens: float | None,
+    rec: Recorder,
+) -> dict[str, Any]:
     mean = mean_response_tokens if mean_response_tokens is not None else response_cap_tokens * MEAN_OVER_CAP
     if mean_response_tokens is None:
         rec.assume(f"mean response length {mean:,.0f} tokens = cap/3 (not in the config; algorithms.md §6.2)")
@@ -102,14 +138,21 @@ def generic_workload(
         f"lengths log-normal: responses sigma {RESPONSE_SIGMA:g}, prompts median"
         f" min({PROMPT_MEDIAN_TOKENS}, cap/4) sigma {PROMPT_SIGMA:g}; group correlation {GROUP_CORRELATION:g}"
     )
-    prompt = LogNormalLength(
-        median_tokens=min(PROMPT_MEDIAN_TOKENS, prompt_cap_tokens / 4), sigma=PROMPT_SIGMA, cap_tokens=prompt_cap_tokens
-    )
+    try:
+        prompt = LogNormalLength(
+            median_tokens=min(PROMPT_MEDIAN_TOKENS, prompt_cap_tokens / 4), sigma=PROMPT_SIGMA, cap_tokens=prompt_cap_tokens
+        )
+    except ValidationError as err:
+        raise one_line(err, "workload.prompt_length") from None
+    try:
+        response = LogNormalLength.from_mean(mean, RESPONSE_SIGMA, response_cap_tokens)
+    except ValidationError as err:
+        raise one_line(err, "workload.response_length") from None
     workload = Workload(
         prompts_per_step=prompts_per_step,
         group_size=group_size,
         prompt_length=prompt,
-        response_length=LogNormalLength.from_mean(mean, RESPONSE_SIGMA, response_cap_tokens),
+        response_length=response,
         group_length_correlation=GROUP_CORRELATION,
     )
     return workload_to_dict(workload)

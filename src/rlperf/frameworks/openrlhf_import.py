@@ -61,6 +61,23 @@ NARGS = {
 ENTRY = "openrlhf.cli.train_ppo_ray"
 
 
+# Scenario field -> the OpenRLHF option it is read from, so that a value the scenario refuses is
+# reported under the option the user wrote (build_spec).
+SOURCE_KEYS = {
+    "cluster.num_nodes": "--actor_num_nodes",
+    "cluster.gpus_per_node": "--actor_num_gpus_per_node",
+    "workload.prompts_per_step": "--rollout_batch_size",
+    "workload.group_size": "--n_samples_per_prompt",
+    "workload.response_length": "--generate_max_len",
+    "workload.prompt_length": "--prompt_max_len",
+    "algorithm.epochs": "--max_epochs",
+    "plan.rollout.gpu_memory_utilization": "--vllm_gpu_memory_utilization",
+    "plan.rollout.tp": "--vllm_tensor_parallel_size",
+    "plan.layouts.actor.micro_batch_size": "--micro_train_batch_size",
+    "plan.layouts.actor.max_tokens_per_microbatch": "--train_max_tokens_per_gpu",
+}
+
+
 def is_openrlhf_entry(token: str) -> bool:
     """Whether ``token`` runs OpenRLHF's PPO trainer (module name or path to its file)."""
     return token.removesuffix(".py").replace("/", ".").endswith(ENTRY)
@@ -195,7 +212,7 @@ class _Importer:
         if run_name is not None:
             self.rec.map("--wandb_run_name", run_name, "scenario name")
         parts = {"cluster": cluster, "workload": workload, "algorithm": algorithm, "plan": plan}
-        spec = build_spec("OpenRLHF", None if run_name is None else str(run_name), model, parts)
+        spec = build_spec("OpenRLHF", None if run_name is None else str(run_name), model, parts, SOURCE_KEYS)
         return spec, self.rec.freeze(*self._rest())
 
     def _rest(self) -> tuple[list[KeyNote], list[KeyNote]]:
@@ -284,7 +301,7 @@ class _Importer:
         if (prompts * group) % train != 0:
             raise SpecError("--train_batch_size", f"{train} does not divide rollout_batch_size x n_samples_per_prompt ({prompts * group})")
         caps = self._caps()
-        return generic_workload(prompts, group, caps[0], caps[1], self.mean, self.rec), prompts * group // train
+        return generic_workload(prompts, group, caps[0], caps[1], self.mean, self.rec, SOURCE_KEYS), prompts * group // train
 
     def _caps(self) -> tuple[int, int]:
         """Prompt and response caps. Without ``--prompt_max_len``, a ``--max_len`` (the dotted

@@ -75,6 +75,22 @@ from rlperf.specs.parallel import TrainLayout
 
 ROLLOUT = "actor_rollout_ref.rollout"
 ACTOR = "actor_rollout_ref.actor"
+# Scenario field -> the verl key it is read from, so that a value the scenario refuses is reported
+# under the key the user wrote (build_spec).
+SOURCE_KEYS = {
+    "cluster.num_nodes": "trainer.nnodes",
+    "cluster.gpus_per_node": "trainer.n_gpus_per_node",
+    "workload.prompts_per_step": "data.train_batch_size",
+    "workload.group_size": f"{ROLLOUT}.n",
+    "workload.response_length": "data.max_response_length",
+    "workload.prompt_length": "data.max_prompt_length",
+    "algorithm.epochs": f"{ACTOR}.ppo_epochs",
+    "plan.rollout.gpu_memory_utilization": f"{ROLLOUT}.gpu_memory_utilization",
+    "plan.rollout.max_num_seqs": f"{ROLLOUT}.max_num_seqs",
+    "plan.rollout.max_num_batched_tokens": f"{ROLLOUT}.max_num_batched_tokens",
+    "plan.layouts.actor.micro_batch_size": f"{ACTOR}.ppo_micro_batch_size_per_gpu",
+    "plan.layouts.actor.max_tokens_per_microbatch": f"{ACTOR}.ppo_max_token_len_per_gpu",
+}
 
 
 def import_verl(
@@ -148,7 +164,7 @@ class _Importer:
         if run_name is not None:
             self.rec.map("trainer.experiment_name", run_name, "scenario name")
         parts = {"cluster": cluster, "workload": workload, "algorithm": algorithm, "plan": plan}
-        spec = build_spec("verl", None if run_name is None else str(run_name), model, parts)
+        spec = build_spec("verl", None if run_name is None else str(run_name), model, parts, SOURCE_KEYS)
         unused = {f"{ROLE_BASE[r]}.": f"{r} not used by {spec.algorithm.name}" for r in ROLE_BASE if r not in roles}
         if recipe == "main":
             unused["rollout."] = "rollout pool of the async recipes (not used by the colocated trainer)"
@@ -300,7 +316,7 @@ class _Importer:
                 raise SpecError(f"{ACTOR}.ppo_mini_batch_size", f"{mini} does not divide data.train_batch_size ({prompts})")
             minibatches = prompts // mini
         caps = [self.get_int(k, n_) for k, n_ in (("data.max_prompt_length", "prompt cap"), ("data.max_response_length", "response cap"))]
-        workload = generic_workload(prompts, n, caps[0], caps[1], self.mean_response_tokens, self.rec)
+        workload = generic_workload(prompts, n, caps[0], caps[1], self.mean_response_tokens, self.rec, SOURCE_KEYS)
         return workload, minibatches
 
     # ------------------------------------------------------------------ cluster

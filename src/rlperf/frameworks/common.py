@@ -113,22 +113,6 @@ def generic_workload(
 ) -> dict[str, Any]:
     """The workload mapping of an imported configuration (see the module docstring); a value the
     workload refuses is reported under its framework key (``keys``: scenario field -> key)."""
-    try:
-        return _generic_workload(prompts_per_step, group_size, prompt_cap_tokens, response_cap_tokens, mean_response_tokens, rec)
-    except ValidationError as err:
-        raise named(one_line(err, "workload"), keys) from None
-    except SpecError as err:
-        raise named(err, keys) from None
-
-
-def _generic_workload(
-    prompts_per_step: int,
-    group_size: int,
-    prompt_cap_tokens: int,
-    response_cap_tokens: int,
-    mean_response_tokens: float | None,
-    rec: Recorder,
-) -> dict[str, Any]:
     mean = mean_response_tokens if mean_response_tokens is not None else response_cap_tokens * MEAN_OVER_CAP
     if mean_response_tokens is None:
         rec.assume(f"mean response length {mean:,.0f} tokens = cap/3 (not in the config; algorithms.md §6.2)")
@@ -138,23 +122,25 @@ def _generic_workload(
         f"lengths log-normal: responses sigma {RESPONSE_SIGMA:g}, prompts median"
         f" min({PROMPT_MEDIAN_TOKENS}, cap/4) sigma {PROMPT_SIGMA:g}; group correlation {GROUP_CORRELATION:g}"
     )
+    where = "workload.prompt_length"
     try:
         prompt = LogNormalLength(
             median_tokens=min(PROMPT_MEDIAN_TOKENS, prompt_cap_tokens / 4), sigma=PROMPT_SIGMA, cap_tokens=prompt_cap_tokens
         )
-    except ValidationError as err:
-        raise one_line(err, "workload.prompt_length") from None
-    try:
+        where = "workload.response_length"
         response = LogNormalLength.from_mean(mean, RESPONSE_SIGMA, response_cap_tokens)
+        where = "workload"
+        workload = Workload(
+            prompts_per_step=prompts_per_step,
+            group_size=group_size,
+            prompt_length=prompt,
+            response_length=response,
+            group_length_correlation=GROUP_CORRELATION,
+        )
     except ValidationError as err:
-        raise one_line(err, "workload.response_length") from None
-    workload = Workload(
-        prompts_per_step=prompts_per_step,
-        group_size=group_size,
-        prompt_length=prompt,
-        response_length=response,
-        group_length_correlation=GROUP_CORRELATION,
-    )
+        raise named(one_line(err, where), keys) from None
+    except SpecError as err:
+        raise named(err, keys) from None
     return workload_to_dict(workload)
 
 

@@ -165,3 +165,11 @@ def test_scenario_cluster_by_gpu_count() -> None:
     assert (sc.cluster.num_nodes, sc.cluster.num_gpus) == (2, 144)
     with pytest.raises(SpecError, match="num_gpus"):
         resolve(ScenarioSpec(model="Qwen3-0.6B", cluster=ClusterSpec(gpu="GB200", num_gpus=144, num_nodes=3)))
+
+
+def test_planner_resizes_a_partial_domain_cluster_by_gpu_count() -> None:
+    from rlperf.plan.search import resized
+
+    sc = resolve(ScenarioSpec(model="Qwen3-0.6B", cluster=ClusterSpec(gpu="GB200", num_gpus=128)))
+    for gpus in (64, 72, 100):
+        assert resized(sc, gpus).cluster.num_gpus == gpus

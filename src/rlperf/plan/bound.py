@@ -78,8 +78,7 @@ class Bounder:
         got = self._gen.get(key)
         if got is None:
             sc = self.sc
-            node = sc.cluster.gpus_per_node
-            one = sc.cluster.model_copy(update={"num_nodes": 1, "gpus_per_node": min(node, engine.tp * engine.pp)})
+            one = sc.cluster.with_gpus(min(sc.cluster.gpus_per_node, engine.tp * engine.pp))
             step = StepModel.build(sc.models["actor"], one, engine.model_copy(update={"replicas": 1}))
             prompt, target, _ = self._sample(it)
             resp = target if budget is None else np.minimum(target, budget)

@@ -108,8 +108,7 @@ def gpu_counts(sc: Scenario) -> list[int]:
 def resized(sc: Scenario, gpus: int) -> Scenario:
     if gpus == sc.cluster.num_gpus:
         return sc
-    node = sc.cluster.gpus_per_node
-    cluster = sc.cluster.model_copy(update={"num_nodes": gpus // node})
+    cluster = sc.cluster.with_gpus(gpus)  # whole nodes, a partial last one (NVL72 racks)
     return Scenario(sc.spec, sc.models, cluster, sc.workload, sc.algorithm)
 
 

@@ -78,7 +78,12 @@ class Mode:
     @property
     def label(self) -> str:
         """Short human name (``sync``, ``async s=2``, ``partial 1536`` ...) with ``+fusion``."""
-        return self._label() + ("+fusion" if self.fusion is not None else "")
+        return self.label_for(self.fusion is not None)
+
+    def label_for(self, fused: bool) -> str:
+        """The label, with ``+fusion`` when the simulator actually fuses (it does not for
+        algorithms that filter their rollouts)."""
+        return self._label() + ("+fusion" if fused else "")
 
     def _label(self) -> str:
         return "sync"

@@ -10,7 +10,9 @@ from rlperf.sim.kernel import Segment
 
 @dataclass(frozen=True)
 class StageTime:
-    """One stage, averaged over the steady-state iterations."""
+    """One stage, averaged over the steady-state iterations: ``time_s`` is the wall time its
+    tasks cover per iteration (the union of their spans: fusion waves and DAPO rounds may
+    overlap or repeat), ``work_s``/``depth_s``/``flops`` the sums of its costs per iteration."""
 
     name: str
     pool: str
@@ -24,6 +26,9 @@ class StageTime:
 
 @dataclass(frozen=True)
 class PoolStats:
+    """One GPU pool over the steady window ``[w0, w1]``: utilization = Σ allocated GPU·s /
+    (GPUs · (w1 - w0)); idle = wall time with no GPU of the pool allocated, per step."""
+
     name: str
     num_gpus: int
     utilization: float  # allocated GPU-time / (GPUs x steady window), in [0, 1]
@@ -102,6 +107,12 @@ class StalenessDistribution:
 
 @dataclass(frozen=True)
 class SimResult:
+    """A simulation's steady state. ``step_time_s = (e_{N-1} - e_{w-1}) / (N - w)`` with ``e_i``
+    the end of actor update ``i``, ``w`` the warm-up and ``N`` the measured iterations (drain
+    iterations, run to keep a pipeline full, are never included). Per-step figures are means
+    over the same window; ``staleness`` lists every trained response's policy lag and
+    ``staleness_distribution`` summarizes it."""
+
     scenario: str
     algorithm: str
     placement: str

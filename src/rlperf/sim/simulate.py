@@ -57,7 +57,12 @@ def _instant(now: float, grant: dict[str, int]) -> TaskRun:
 
 @dataclass(frozen=True)
 class SimConfig:
-    """Everything the simulator needs besides the cost models (already validated)."""
+    """Everything the simulator needs besides the cost models (already validated).
+
+    ``iterations`` are measured, the first ``warmup`` of them excluded from results (raised to
+    what the execution mode needs, within ``iterations``); the mode's drain iterations run
+    after them and are never reported. Each iteration draws ``sample(1000·i + round,
+    prompts)``; ``keep_rate`` sets DAPO's rounds (rlperf.modes.GenerationRounds)."""
 
     name: str
     algorithm: AlgorithmSpec
@@ -110,6 +115,14 @@ def _pool_key(stage: StageDef) -> str:
 
 
 class Simulator:
+    """One simulation: ``build`` adds every iteration's tasks to the kernel (the weight sync of
+    version ``i``, then the algorithm's stages, rollout ``i`` waiting for the sync the mode
+    names), ``run`` executes them and summarizes the measured window as a :class:`SimResult`.
+
+    State that tasks update as they run lives in named objects: ``iters[i]`` (what iteration
+    ``i`` generated and trained, its stage costs) and ``engine`` (the rollout engine's weights
+    version and the requests it carries, :class:`rlperf.sim.rollout_state.RolloutState`)."""
+
     def __init__(self, cfg: SimConfig, costs: StageCosts) -> None:
         self.cfg = cfg
         self.costs = costs
@@ -476,7 +489,7 @@ class Simulator:
             scenario=cfg.name,
             algorithm=cfg.algorithm.name,
             placement=cfg.plan.placement.kind,
-            mode=cfg.plan.mode.kind + (" + fusion" if self.fusion is not None else ""),
+            mode=self.mode.label_for(self.fusion is not None),
             num_gpus=cfg.num_gpus,
             iterations=cfg.iterations,
             warmup=self.warmup,

@@ -168,3 +168,30 @@ def test_colocated_async_is_not_faster_than_sync_with_the_analytic_costs() -> No
         assert a.tokens_per_step == sync.tokens_per_step
         assert a.step_time_s >= sync.step_time_s * (1 - 1e-9)
         assert a.bounds.lower_bound_s <= a.step_time_s
+
+
+@pytest.mark.parametrize("threshold", [0.1, 0.5, 1.0, 2.0])
+def test_verl_export_and_import_keep_the_streaming_mode_exactly(threshold: float) -> None:
+    from rlperf.frameworks import export_verl, import_verl
+    from rlperf.scenario import load_scenario_spec
+
+    spec = load_scenario_spec("grpo-qwen2.5-7b-async-s2")
+    mode = ExecutionMode(kind="streaming", staleness_threshold=threshold)
+    spec = spec.model_copy(update={"plan": spec.plan.model_copy(update={"mode": mode})})
+    out = export_verl(spec)
+    assert any(a.endswith("async_training.partial_rollout=True") for a in out.args)
+    back, report = import_verl(None, list(out.args), gpu=spec.cluster.gpu)
+    assert back.plan.mode == mode and not report.unknown
+
+
+def test_openrlhf_async_with_partial_rollout_is_streaming() -> None:
+    from rlperf.frameworks import export_openrlhf, import_openrlhf
+    from rlperf.scenario import load_scenario_spec
+
+    spec = load_scenario_spec("grpo-qwen2.5-7b-async-s2")
+    mode = ExecutionMode(kind="streaming", staleness_threshold=2.0)
+    spec = spec.model_copy(update={"plan": spec.plan.model_copy(update={"mode": mode})})
+    out = export_openrlhf(spec)
+    assert "--partial_rollout" in out.args and "--async_train" in out.args
+    back, report = import_openrlhf(list(out.args), gpu=spec.cluster.gpu)
+    assert back.plan.mode == mode and not report.unknown

@@ -35,6 +35,7 @@ READ: dict[str, Any] = {
     "deepspeed_enable_sleep": "flag",
     "async_train": "flag",
     "async_queue_size": 1,
+    "partial_rollout": "flag",
     "zero_stage": 2,
     "gradient_checkpointing": "flag",
     "adam_offload": "flag",
@@ -262,5 +263,4 @@ UNSUPPORTED.update({
     "reward_offload": ("offload of frozen models is not modelled separately", (False,)),
     "ref_offload": ("offload of frozen models is not modelled separately", (False,)),
     "freeze_visual_encoder": ("vision towers are not modelled", (False,)),
-    "partial_rollout": ("interrupt-and-resume at weight sync is not modelled (costed as async)", (False,)),
 })

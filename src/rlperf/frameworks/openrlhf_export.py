@@ -178,10 +178,12 @@ def _mode(spec: ScenarioSpec, out: _Out) -> None:
     if spec.plan.placement.kind == "colocated" or mode.kind in ("sync", "partial_rollout"):
         return
     out.set("async_train")
-    if mode.kind == "streaming":
-        out.missing.append("streaming (requests interrupted at weight syncs): OpenRLHF's async trainer queues whole batches; written as async")
     queue = {"one_step_off": 1, "streaming": max(1, math.ceil(mode.staleness_threshold))}.get(mode.kind, mode.staleness)
     out.set("async_queue_size", queue)
+    if mode.kind == "streaming":
+        if queue != mode.staleness_threshold:
+            out.missing.append(f"streaming threshold {mode.staleness_threshold:g}: OpenRLHF queues whole batches; written as {queue}")
+        out.set("partial_rollout")
 
 
 # ---------------------------------------------------------------------- layouts and engine

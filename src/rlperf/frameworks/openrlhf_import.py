@@ -21,7 +21,8 @@ Mappings (flag -> rlperf field):
   budget, ``adam_offload`` -> CPU optimizer (ZeRO-Offload).
 - ``async_train`` with ``async_queue_size q``: the sampler runs up to ``q`` batches ahead of the
   trainer, so a batch is at most ``q`` updates old: ``q = 1`` -> one-step off-policy, else
-  async with staleness ``q``.
+  async with staleness ``q``; with ``partial_rollout`` (generation paused at each weight sync,
+  in-flight samples resumed with the new weights) -> streaming with ``q`` batches in flight.
 - colocated: ``vllm_enable_sleep`` / ``deepspeed_enable_sleep`` -> offload between phases.
 """
 
@@ -452,8 +453,13 @@ class _Importer:
 
     def _mode(self) -> dict[str, Any]:
         if not self.flag("async_train", "asynchronous trainer"):
+            self.flag("partial_rollout", "synchronous: nothing runs ahead to interrupt")
             return {"kind": "sync"}
         queue = self.int_("async_queue_size", "staleness bound")
+        if self.flag("partial_rollout", "streaming: in-flight requests paused at each weight sync, resumed after it"):
+            # The sampler keeps q batches ahead and interrupts them at a sync: streaming with
+            # q batches in flight.
+            return {"kind": "streaming", "staleness_threshold": float(queue)}
         return {"kind": "one_step_off"} if queue == 1 else {"kind": "async", "staleness": queue}
 
     def _offload(self, colocated: bool) -> bool:

@@ -56,6 +56,9 @@ STRATEGIES: tuple[SymbolicRow, ...] = (
     SymbolicRow("colocation (time sharing)", "W unchanged", "stages serialize: Σ stage depths", "reshard P per phase switch", "max over phases (with offload)"),
     SymbolicRow("disaggregation", "W unchanged", "rollout ∥ training only across iterations", "broadcast 2P bytes per step", "each pool its own models"),
     SymbolicRow("async (staleness s) / one-step off", "W unchanged", "per step ≥ D_iter/(s+1)", "as disaggregation", "s+1 policy versions in flight"),
+    SymbolicRow("streaming (threshold τ, requests interrupted at each sync)", "W unchanged (+ re-prefill of resumed KV)",
+                "no rollout tail: a call ends when B·G responses finished", "as disaggregation (in-flight updates: off the rollout GPUs)",
+                "(1+τ)·B·G requests' KV in flight"),
     SymbolicRow("partial rollout (budget β)", "W unchanged (+ re-prefill of carried KV)", "decode depth per step ≤ β", "none", "carried requests' KV"),
     SymbolicRow("stage fusion", "W unchanged", "forward-only passes overlap the rollout tail", "none", "engine and trainer share memory"),
 )

@@ -30,7 +30,7 @@ pytest.importorskip("transformers")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
-from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText  # noqa: E402
 from transformers import logging as hf_logging  # noqa: E402
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
 
@@ -51,8 +51,10 @@ FLOP_RTOL = 1e-4
 
 def build(cfg: dict[str, Any], device: str = "meta", **kwargs: Any) -> Any:
     hf = AutoConfig.for_model(**{k: v for k, v in cfg.items() if k not in NOT_STRUCTURE})
+    # A vision-language model is built whole (vision encoder included) by its own auto class.
+    auto = AutoModelForImageTextToText if "vision_config" in cfg else AutoModelForCausalLM
     with torch.device(device):
-        return AutoModelForCausalLM.from_config(hf, **kwargs)
+        return auto.from_config(hf, **kwargs)
 
 
 def num_parameters(model: Any) -> int:
@@ -113,6 +115,7 @@ META_CASES = [
     ("gemma-3-1b-pt", {"num_hidden_layers": 7}),  # QK-norm; window 512 < the 1024 tokens
     ("Phi-3-mini-4k-instruct", {"num_hidden_layers": 2}),  # fused qkv and gate_up
     ("Mistral-7B-v0.1", {"num_hidden_layers": 2}),  # every layer sliding (4096)
+    ("Qwen2.5-VL-3B-Instruct", {"num_hidden_layers": 2}),  # language tower of a VLM (text only)
 ]
 
 SMALL = {"num_hidden_layers": 2, "vocab_size": 2048, "num_attention_heads": 4}
@@ -188,3 +191,20 @@ def test_moe_forward_flops_match_flop_counter_with_real_routing(
 
 def test_qwen2_moe_shared_expert_flops_match_flop_counter() -> None:
     _check_flops(QWEN2_MOE, "qwen2-moe-small", "cpu", 256, experts_implementation="eager")
+
+
+def test_vision_encoder_flops_match_flop_counter() -> None:
+    """Qwen2.5-VL's vision tower on CPU over one 16 x 16-patch image: two window blocks
+    (8 x 8-patch windows) and two full-attention blocks."""
+    cfg = load_config("Qwen2.5-VL-3B-Instruct")
+    vision = {"depth": 4, "hidden_size": 64, "num_heads": 4, "intermediate_size": 96}
+    cfg = {**cfg, "num_hidden_layers": 1, "vision_config": {**cfg["vision_config"], **vision}}
+    cfg["vision_config"]["fullatt_block_indexes"] = [1, 3]
+    spec = ModelSpec.from_hf_config(cfg, "qwen2.5-vl-small")
+    assert spec.vision is not None
+    torch.manual_seed(0)
+    model = build(cfg, "cpu", attn_implementation="eager")
+    pixels = torch.randn(256, 3 * 2 * 14 * 14)  # 256 patches of 3 channels x 2 frames x 14 x 14
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model.model.visual(pixels, grid_thw=torch.tensor([[1, 16, 16]]))
+    assert spec.vision.flops(1, 256) == pytest.approx(counter.get_total_flops(), rel=FLOP_RTOL)

@@ -116,6 +116,7 @@ def stage_params(model: ModelSpec, tp: int, pp: int, expert_shards: int) -> tupl
     # Replicated next to them: a learned position table and OPT's project_in on the first
     # stage; the final norm, OPT's project_out and the LM head's bias (vocab-split) on the last.
     first_extra = model.position.params(model.hidden_size) + model.embedding_projection_params / 2
+    first_extra += model.breakdown.vision / tp  # a VLM's vision encoder, tp-split like vLLM's
     last_extra = model.embedding_projection_params / 2
     last_extra += model.norm.params(model.hidden_size) if model.norm.final else 0
     head_bias = model.vocab_size / tp if model.lm_head_bias else 0.0

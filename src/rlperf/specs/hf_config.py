@@ -13,6 +13,7 @@ from typing import Any
 from rlperf.errors import SpecError
 from rlperf.specs.hf_gpt import GPT_READERS
 from rlperf.specs.hf_keys import as_int, flag, opt, pos, where
+from rlperf.specs.hf_vision import VLM_TEXT_TYPES, qwen2_5_vl_vision, text_tower
 from rlperf.specs.hf_variants import DEFAULT_HEAD_DIM, TIED_BY_DEFAULT, VARIANT_TYPES, variant_fields
 
 # Llama-style blocks (SwiGLU MLP, RMSNorm, rotary), read by this module.
@@ -21,7 +22,7 @@ MOE_TYPES = ("qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v3", "deepseek_v2")
 LLAMA_LIKE_TYPES = DENSE_TYPES + MOE_TYPES
 # Families with other blocks, each read by its own function.
 FAMILY_READERS = {**GPT_READERS}
-SUPPORTED_TYPES = LLAMA_LIKE_TYPES + tuple(FAMILY_READERS)
+SUPPORTED_TYPES = LLAMA_LIKE_TYPES + tuple(FAMILY_READERS) + tuple(VLM_TEXT_TYPES)
 
 
 def _heads(cfg: dict[str, Any], mtype: str, d: int) -> tuple[int, int, int]:
@@ -123,7 +124,11 @@ def _bias_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any]:
 def spec_fields_from_hf(cfg: dict[str, Any], name: str | None) -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise SpecError("model.config", "config.json must hold a JSON object")
-    # Multimodal wrappers keep the language model under text_config.
+    if cfg.get("model_type") in VLM_TEXT_TYPES:  # language tower + vision encoder
+        text, vlm = text_tower(cfg)
+        tower = spec_fields_from_hf(text, name or str(cfg.get("_name_or_path") or vlm))
+        return {**tower, "architecture": vlm, "vision": qwen2_5_vl_vision(cfg)}
+    # Other multimodal wrappers keep the language model under text_config.
     if "text_config" in cfg and "hidden_size" not in cfg:
         cfg = {**cfg["text_config"], "_name_or_path": cfg.get("_name_or_path")}
     mtype = cfg.get("model_type")

@@ -36,7 +36,7 @@ from rlperf.errors import SpecError, parse
 from rlperf.inputs.ranges import NumExperts, NumHeads, NumLayers, VocabSize, Width
 from rlperf.specs.base import Spec
 from rlperf.specs.dtypes import bytes_per
-from rlperf.specs.model_blocks import LayerKind, MLPSpec, NormSpec, PositionSpec
+from rlperf.specs.model_blocks import LayerKind, MLPSpec, NormSpec, PositionSpec, VisionTowerSpec
 
 AttentionCount = Literal["causal", "full"]
 Recompute = Literal["none", "selective", "full"]
@@ -87,6 +87,7 @@ class ParamBreakdown:
     shared_experts: int
     router: int
     norms: int
+    vision: int = 0  # a VLM's vision encoder (not part of the per-token work)
 
     @property
     def total(self) -> int:
@@ -99,6 +100,7 @@ class ParamBreakdown:
             + self.shared_experts
             + self.router
             + self.norms
+            + self.vision
         )
 
 
@@ -137,6 +139,8 @@ class ModelSpec(Spec):
     # Per-layer token mixer; empty means every layer is full attention.
     layer_types: tuple[LayerKind, ...] = ()
     sliding_window: int | None = Field(default=None, gt=0)  # keys a sliding layer sees
+    # A VLM's vision encoder; the fields above describe its language tower.
+    vision: VisionTowerSpec | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -213,6 +217,8 @@ class ModelSpec(Spec):
         parts = [mlp, norm, pos] + (["parallel attention+MLP"] if self.parallel_residual else [])
         if self.num_sliding_layers:
             parts.append(f"{self.num_sliding_layers}/{self.num_layers} layers sliding window {self.sliding_window}")
+        if self.vision is not None:
+            parts.append(f"vision encoder {self.vision.num_params / 1e6:.0f} M params, {self.vision.num_layers} blocks")
         return ", ".join(parts)
 
     @property
@@ -300,7 +306,8 @@ class ModelSpec(Spec):
                 dense += self._mlp_params(self.intermediate_size, self.mlp_bias)
         per_norm = self.norm.params(d)
         norms = self.num_layers * self.norm.per_layer * per_norm + (per_norm if self.norm.final else 0)
-        return ParamBreakdown(emb, head, attn, dense, experts, shared, router, norms)
+        vision = self.vision.num_params if self.vision is not None else 0
+        return ParamBreakdown(emb, head, attn, dense, experts, shared, router, norms, vision)
 
     @cached_property
     def num_params(self) -> int:
@@ -340,6 +347,7 @@ class ModelSpec(Spec):
         total += 2 if self.embedding_size is not None else 0  # project_in, project_out
         total += norm if self.norm.final else 0
         total += (0 if self.tie_word_embeddings else 1) + (1 if self.lm_head_bias else 0)
+        total += self.vision.num_weight_tensors if self.vision is not None else 0
         for i in range(self.num_layers):
             total += self.norm.per_layer * norm + per_layer_attn
             if m is not None and self.is_moe_layer(i):

@@ -103,3 +103,34 @@ class PositionSpec(Spec):
 
     def params(self, hidden_size: int) -> int:
         return self.num_embeddings * hidden_size
+
+
+class VisionTowerSpec(Spec):
+    """The vision encoder of a vision-language model (Qwen2.5-VL): image patches in, language
+    model tokens out. Its cost is a prefill term: it runs once over each image's patches.
+
+    ``matmul_params_per_patch`` are the weights that multiply each patch: the patch embedding,
+    every block's attention and MLP projections and the patch merger's share (the merger runs
+    once per ``patches_per_token`` patches). Attention is bidirectional within an image: the
+    ``num_full_attention_layers`` blocks see the whole image, the others a window of
+    ``window_patches`` patches."""
+
+    num_params: int = Field(ge=0)
+    num_weight_tensors: int = Field(ge=0)
+    matmul_params_per_patch: float = Field(ge=0)
+    num_layers: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    num_full_attention_layers: int = Field(ge=0)
+    window_patches: int = Field(gt=0)
+    patches_per_token: int = Field(gt=0)  # spatial_merge_size ** 2
+
+    def flops(self, num_images: int, patches_per_image: int) -> float:
+        """Forward FLOPs of encoding ``num_images`` images of ``patches_per_image`` patches."""
+        patches = float(num_images) * patches_per_image
+        per_pair = 4.0 * self.num_heads * self.head_dim  # QKᵀ and AV
+        full_pairs = patches * patches_per_image
+        window_pairs = patches * min(self.window_patches, patches_per_image)
+        windowed = self.num_layers - self.num_full_attention_layers
+        attn = per_pair * (self.num_full_attention_layers * full_pairs + windowed * window_pairs)
+        return 2.0 * self.matmul_params_per_patch * patches + attn

@@ -408,3 +408,17 @@ def test_report_renders_in_headless_chromium(report: tuple[Path, PlanSearchResul
         assert png_size(data) == (WIDTH, HEIGHT if name == "plan-report.png" else height)
         assert len(data) > 50_000 and png_distinct_bytes(data) > 64
     shutil.copyfile(path, ARTIFACTS / REPORT_NAME)
+
+
+def test_spans_under_a_pixel_merge_into_their_neighbour() -> None:
+    from rlperf.report.figures import merge_invisible
+
+    segs = [Segment("all/replica-0", "prefill", 0.0, 0.01, 1, 1), Segment("all/replica-0", "decode", 0.01, 5.0, 1, 1),
+            Segment("all/replica-0", "prefill", 5.0, 5.01, 1, 1), Segment("all/replica-0", "decode", 5.01, 9.0, 1, 1),
+            Segment("all", "actor_update", 9.0, 9.005, 8, 1), Segment("all", "weight_sync", 9.005, 9.5, 8, 1)]
+    out, absorbed = merge_invisible(segs, 0.1)
+    # The replica's four spans become one decode span; pool rows are never merged.
+    assert [(s.track, s.name, s.start_s, s.end_s) for s in out] == [
+        ("all", "actor_update", 9.0, 9.005), ("all", "weight_sync", 9.005, 9.5), ("all/replica-0", "decode", 0.0, 9.0)]
+    assert absorbed == 3
+    assert merge_invisible(segs, 0.001)[1] == 0

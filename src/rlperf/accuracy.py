@@ -12,7 +12,8 @@ lengths were obtained (docs/prediction_interval.md):
 - **Lengths assumed** (the default mean = cap/3, or a scenario's own): the cases whose source
   publishes no lengths. ``rlperf validate`` finds for each the mean response length at which the
   prediction equals the measurement (``length_fit.matching_mean_tokens``); over the plausible ones,
-  ``f = matching mean / cap``. The plan is simulated at ``q10(f) cap`` and ``q90(f) cap``, and those
+  ``f = matching mean / cap``. The plan is simulated at ``q10(f) cap`` and ``q90(f) cap`` (kept within
+  ``[min(128, cap/4), cap/2]``, the means validate sweeps), and those
   two step times are the range: published runs of unknown length behave, *in this model*, like
   runs at means between them. The model's own error is inside ``f`` (the fit absorbs it), so it
   is not applied a second time.
@@ -36,6 +37,8 @@ import yaml
 LOW_Q = 0.10
 HIGH_Q = 0.90
 Basis = Literal["stated", "assumed"]
+MIN_MEAN_TOKENS = 128
+"""The shortest plausible mean response (``LengthSweep.lower_tokens`` of the validation cases)."""
 
 
 @dataclass(frozen=True)
@@ -79,11 +82,13 @@ class ErrorData:
         return float(lo), float(hi)
 
     def implied_means(self, cap_tokens: int) -> tuple[float, float]:
-        """q10 and q90 of (matching mean / cap) x ``cap_tokens`` (nan without cases)."""
+        """q10 and q90 of (matching mean / cap) x ``cap_tokens``, kept within the plausible means
+        validate uses, ``[min(128, cap/4), cap/2]`` (nan without cases)."""
         if not self.length_fits:
             return math.nan, math.nan
         lo, hi = np.quantile([c.mean_over_cap for c in self.length_fits], [LOW_Q, HIGH_Q])
-        return float(lo) * cap_tokens, float(hi) * cap_tokens
+        floor, ceiling = min(MIN_MEAN_TOKENS, cap_tokens / 4), cap_tokens / 2
+        return (min(max(float(lo) * cap_tokens, floor), ceiling), min(max(float(hi) * cap_tokens, floor), ceiling))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from rlperf.cli.render import console, fmt_bytes, fmt_s, progress_reporter, tabl
 from rlperf.plan.memory_breakdown import RoleMemory
 from rlperf.plan.search import PlanEvaluation, PlanSearchResult
 
-RANKED_ROWS = 8
+RANKED_ROWS = 5
 
 
 def check_plan_options(nodes: int | None, gpus_per_node: int | None, prompts: int | None, group_size: int | None,
@@ -161,16 +161,16 @@ def render_answer(ans: PlanAnswer) -> None:
         console.print("length sweep (best plan): " + ", ".join(
             f"mean {p.mean_response_tokens:,.0f} -> {fmt_s(p.step_time_s)}"
             + (f" ${p.cost_usd_per_step:,.2f}" if p.cost_usd_per_step is not None else "") for p in ans.sweep))
-    render_memory("memory per GPU of the best plan (peak micro-batch at the longest sequence)", ans.memory)
-    if ans.user_memory and res.user is not None and res.user.plan != b.plan:
-        render_memory("memory per GPU of your plan", ans.user_memory)
+    yours = ans.user_memory if ans.user_memory and res.user is not None and res.user.plan != b.plan else ()
+    hbm = fmt_bytes(sc.cluster.accelerator.hbm_bytes)
+    render_memory(f"memory per GPU of {hbm} HBM (peak micro-batch at the longest sequence)",
+                  (("best", ans.memory), ("yours", yours)))
     if ans.explanation is not None:
-        console.print(f"[bold]best plan:[/] {ans.explanation.headline()}")
-        w = table("what if (simulated, from the best plan)", "change", "step", "speedup", "staleness")
+        console.print(f"[bold]best plan:[/] {ans.explanation.headline()}; what if (simulated):")
         for x in ans.explanation.what_ifs[:3]:
-            w.add_row(x.change, fmt_s(x.step_time_s) if x.step_time_s != float("inf") else x.note[:60],
-                      f"{x.speedup:.2f}x", x.staleness_summary or str(x.staleness))
-        console.print(w)
+            got = (f"{fmt_s(x.step_time_s)} ({x.speedup:.2f}x, staleness {x.staleness_summary or x.staleness})" if x.step_time_s != float("inf")
+                   else x.note[:90])
+            console.print(f"  {x.change}: {got}", markup=False, highlight=False)
     if ans.launch is not None:
         console.print(f"[bold]launch with {ans.launch.framework}[/] (the best plan):")
         console.print(compact_command(ans.launch.prefix, ans.launch.args), markup=False, highlight=False, soft_wrap=True)
@@ -218,7 +218,7 @@ def render_ranked(res: PlanSearchResult) -> None:
 def render_run(run: RunTotals) -> None:
     iv = run.interval
     cost = f", ${run.cost_usd:,.0f}" if run.cost_usd is not None else ""
-    rng = f" (range {iv.low_s / 3600:,.1f} - {iv.high_s / 3600:,.1f} h)" if not math.isnan(iv.low_s) else ""
+    rng = f" (range {fmt_s(iv.low_s)} - {fmt_s(iv.high_s)})" if not math.isnan(iv.low_s) else ""
     console.print(f"[bold]run of {run.steps} steps:[/] {fmt_s(run.total_s)}{rng}, {run.gpu_hours:,.1f} GPU-hours on "
                   f"{run.num_gpus} GPUs{cost}")
     if len(run.points) > 1:
@@ -226,26 +226,33 @@ def render_run(run: RunTotals) -> None:
             f"step {p.step + 1} (mean {p.mean_response_tokens:,.0f}) {fmt_s(p.step_time_s)}" for p in run.points))
 
 
-MEMORY_COLUMNS = ("weights", "grads", "optimizer", "activations", "logits", "KV cache", "other", "device", "HBM", "host RAM")
+MEMORY_COLUMNS = ("weights", "grads", "optimizer", "activations", "logits", "KV cache", "other", "device", "host RAM")
 
 
 def memory_cells(r: RoleMemory) -> list[str]:
     vals = (r.weights_bytes, r.grads_bytes, r.optimizer_bytes, r.activations_bytes, r.logits_bytes, r.kv_cache_bytes,
-            r.other_bytes, r.device_bytes, r.capacity_bytes, r.host_bytes)
+            r.other_bytes, r.device_bytes, r.host_bytes)
     return [fmt_bytes(v) if v else "-" for v in vals]
 
 
-def render_memory(title: str, rows: tuple[RoleMemory, ...]) -> None:
-    t = table(title, "role (pass)", "pool", *MEMORY_COLUMNS)
-    for r in rows:
-        cells = memory_cells(r)
-        if r.note:
-            cells = ["-"] * (len(cells) - 3) + ["does not fit", cells[-2], cells[-1]]
-        t.add_row(f"{r.role} ({r.work})", f"{r.pool} ({r.pool_gpus})", *cells)
+def render_memory(title: str, plans: tuple[tuple[str, tuple[RoleMemory, ...]], ...]) -> None:
+    """One table, a section per plan (the best, then yours when it differs)."""
+    t = table(title, "plan", "role (pass)", "pool", *MEMORY_COLUMNS)
+    notes = []
+    for name, rows in plans:
+        if not rows:
+            continue
+        if t.row_count:
+            t.add_section()
+        for r in rows:
+            cells = memory_cells(r)
+            if r.note:
+                cells = ["-"] * (len(cells) - 2) + ["does not fit", cells[-1]]
+                notes.append(f"  {name}: {r.role} ({r.work}): {r.note}")
+            t.add_row(name, f"{r.role} ({r.work})", f"{r.pool} ({r.pool_gpus})", *cells)
     console.print(t)
-    for r in rows:
-        if r.note:
-            console.print(f"  {r.role} ({r.work}): {r.note}", markup=False, highlight=False)
+    for n in notes:
+        console.print(n, markup=False, highlight=False)
 
 
 def render_rejected(res: PlanSearchResult) -> None:

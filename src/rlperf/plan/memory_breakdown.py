@@ -38,7 +38,7 @@ from rlperf.specs.plan import Plan
 class RoleMemory:
     """Per-GPU bytes of one pass of one role, on its pool."""
 
-    role: str  # actor, critic, ref, reward_model, prm, or "rollout engine"
+    role: str  # actor, critic, ref, reward_model, prm, or "rollout" (the engine)
     work: str  # "train", "forward" or "generate"
     pool: str
     pool_gpus: int
@@ -87,7 +87,7 @@ def memory_breakdown(sc: Scenario, plan: Plan, num_gpus: int) -> tuple[RoleMemor
     rows: list[RoleMemory] = []
     gen = assign["generate"]
     mem = inference_memory(sc.models["actor"], cp.rollout, hbm)
-    rows.append(RoleMemory("rollout engine", "generate", gen, size[gen], mem.weights_bytes, 0.0, 0.0, 0.0, 0.0,
+    rows.append(RoleMemory("rollout", "generate", gen, size[gen], mem.weights_bytes, 0.0, 0.0, 0.0, 0.0,
                            max(mem.kv_capacity_bytes, 0.0), mem.workspace_bytes, 0.0, hbm,
                            "" if mem.kv_capacity_bytes > 0 else "weights and workspace exceed gpu_memory_utilization"))
     seen: set[tuple[str, str]] = set()

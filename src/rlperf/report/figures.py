@@ -19,6 +19,7 @@ from rlperf.sim.kernel import Segment
 from rlperf.sim.result import SimResult
 
 MAX_TIMELINE_TRACKS = 40  # rows of the Gantt chart; beyond it, the slowest rollout replicas are kept
+TIMELINE_PIXELS = 2000  # horizontal resolution of the timeline: shorter replica spans are merged
 GB = 1e9  # decimal, as the hardware catalog and the CLI tables (80 GB HBM)
 _PALETTE = tuple(qualitative.Plotly) + tuple(qualitative.D3) + tuple(qualitative.Set3)
 
@@ -62,6 +63,26 @@ def steady_segments(sim: SimResult) -> list[Segment]:
     return out
 
 
+def merge_invisible(segs: Sequence[Segment], resolution_s: float) -> tuple[list[Segment], int]:
+    """Segments sorted by track and start, each span shorter than ``resolution_s`` (less than a
+    pixel of the chart) on a replica track absorbed into the span before it on that track (the
+    engine alternates short prefills with decodes thousands of times a step), and spans of one
+    stage that then touch joined. Returns the segments and how many were absorbed."""
+    out: list[Segment] = []
+    absorbed = 0
+    for s in sorted(segs, key=lambda s: (s.track, s.start_s)):
+        if out and "/" in s.track and out[-1].track == s.track and out[-1].iteration == s.iteration:
+            last = out[-1]
+            short = s.end_s - s.start_s < resolution_s or last.end_s - last.start_s < resolution_s
+            if short or (last.name == s.name and s.start_s - last.end_s < resolution_s):
+                keep = last if last.end_s - last.start_s >= s.end_s - s.start_s else s
+                out[-1] = Segment(s.track, keep.name, last.start_s, max(last.end_s, s.end_s), keep.gpus, s.iteration)
+                absorbed += 1
+                continue
+        out.append(s)
+    return out, absorbed
+
+
 def timeline_tracks(segs: Sequence[Segment]) -> tuple[list[str], int]:
     """The rows to draw (pools first, then replicas in natural order) and how many replica rows
     were left out. Beyond ``MAX_TIMELINE_TRACKS`` rows the replicas that finish last (the tail
@@ -84,6 +105,8 @@ def timeline_figure(sim: SimResult, colors: StageColors) -> tuple[go.Figure, str
     dotted lines at the end of every actor update (the step boundaries). Returns the figure
     and a caption."""
     segs = steady_segments(sim)
+    span = (max(s.end_s for s in segs) - min(s.start_s for s in segs)) if segs else 0.0
+    segs, absorbed = merge_invisible(segs, span / TIMELINE_PIXELS)
     rows, dropped = timeline_tracks(segs)
     shown = set(rows)
     by_stage: dict[str, list[Segment]] = {}
@@ -92,14 +115,16 @@ def timeline_figure(sim: SimResult, colors: StageColors) -> tuple[go.Figure, str
             by_stage.setdefault(segment_stage(s), []).append(s)
     fig = go.Figure()
     for stage, group in by_stage.items():
+        # Times rounded to the millisecond: the page carries every span of every replica, and
+        # full-precision floats made the timeline most of a report's bytes.
         fig.add_trace(go.Bar(
-            name=stage, orientation="h", y=[s.track for s in group], base=[s.start_s for s in group],
-            x=[max(s.end_s - s.start_s, 0.0) for s in group],
+            name=stage, orientation="h", y=[s.track for s in group], base=[round(s.start_s, 3) for s in group],
+            x=[round(max(s.end_s - s.start_s, 0.0), 3) for s in group],
             # Decode is the bulk of the rollout: it takes the color of ``generate`` in the other figures.
             marker={"color": colors("generate" if stage == "generate · decode" else stage), "line": {"width": 0}},
-            customdata=[[s.iteration, s.gpus, s.start_s, s.end_s] for s in group],
+            customdata=[[s.iteration, s.gpus] for s in group],
             hovertemplate=f"<b>{stage}</b><br>%{{y}}<br>iteration %{{customdata[0]}}, %{{customdata[1]}} GPUs"
-                          "<br>%{customdata[2]:.2f} s → %{customdata[3]:.2f} s (%{x:.2f} s)<extra></extra>",
+                          "<br>from %{base:.2f} s, %{x:.2f} s long<extra></extra>",
         ))
     for s in segs:
         if s.name == "actor_update" and "/" not in s.track:
@@ -113,6 +138,9 @@ def timeline_figure(sim: SimResult, colors: StageColors) -> tuple[go.Figure, str
     steady = sim.iterations - sim.warmup
     caption = (f"{steady} steady-state iteration{'s' if steady != 1 else ''} after {sim.warmup} warm-up; "
                "dotted lines: ends of actor updates (step boundaries).")
+    if absorbed:
+        caption += (f" {absorbed} replica spans shorter than 1/{TIMELINE_PIXELS} of the chart (under a pixel) are merged"
+                    " into their neighbour, named by the longer one.")
     if dropped:
         caption += f" {dropped} rollout replica rows left out (the {len([r for r in rows if '/' in r])} that finish last are shown)."
     return fig, caption

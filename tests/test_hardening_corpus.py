@@ -313,6 +313,15 @@ def test_import_out_existing_is_refused_unless_force(tmp_path: Path) -> None:
     assert yaml.safe_load(target.read_text())["name"]
 
 
+@pytest.mark.parametrize("args", [["validate", "--calibrate", "--out"], ["validate", "--errors-out"]], ids=["calibrate", "errors"])
+def test_validate_outputs_existing_are_refused_before_the_work(tmp_path: Path, args: list[str]) -> None:
+    target = tmp_path / "profile.yaml"
+    target.write_text("keep")
+    res = invoke([*args, str(target)], time_limit_s=5)  # the validation itself takes a minute
+    assert_one_line_error(res, contains="--force")
+    assert target.read_text() == "keep"
+
+
 # ------------------------------------------------------------------------------ half-written output
 
 

@@ -257,6 +257,6 @@ def write_profile(path: str | Path, result: CalibrationResult, note: str = "") -
         f" {result.objective_before:.3f} -> {result.objective_after:.3f}. {note}\n"
         "# Use with cluster.profile: <this file> or `rlperf validate --profile <this file>`.\n"
     )
-    p = Path(path)
-    p.write_text(header + yaml.safe_dump({"profiles": profiles}, sort_keys=True), encoding="utf-8")
-    return p
+    from rlperf.outputs import write_text
+
+    return write_text(Path(path), header + yaml.safe_dump({"profiles": profiles}, sort_keys=True))

@@ -30,9 +30,13 @@ def calibrate_cmd(
     device: str = typer.Option("auto", "--device", help="auto (CUDA if available), cpu, cuda, cuda:N"),
     threads: int = typer.Option(0, "--threads", min=0, help="torch CPU threads (0: torch's default); measure with the same count"),
     dtype: str = typer.Option("", "--dtype", help="compute dtype of the attention benchmark and of attention_efficiency (default bf16)"),
+    force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
 ) -> None:
     """Micro-benchmark the local device and write its hardware profile (use it with --hardware-profile)."""
     _need_torch()
+    from rlperf.outputs import claim
+
+    claim([out], force, "--out")  # before the measurements
     from rlperf.runtime.calibrate import calibrate, write_profile
 
     cal = calibrate(device=device, quick=quick, compute_dtype=dtype or None, threads=threads or None, progress=lambda m: console.print(f"[dim]measuring {m}...[/dim]"))

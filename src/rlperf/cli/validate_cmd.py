@@ -108,6 +108,7 @@ def validate_cmd(
     jobs: int = typer.Option(0, "--jobs", help="worker processes (0: one per CPU core)"),
     train_csv: Path | None = typer.Option(None, "--train-csv", help="score the training-step model against this file of measured iterations instead (vTrain's columns; see `rlperf validate-train`)"),
     errors_out: Path | None = typer.Option(None, "--errors-out", help="write the step-time cases as data for the plan's prediction intervals (src/rlperf/data/step_time_errors.yaml)"),
+    force: bool = typer.Option(False, "--force", help="replace --out / --errors-out files that exist"),
 ) -> None:
     """Compare predictions with published measurements: per case and summarized by metric kind."""
     if train_csv is not None:
@@ -118,6 +119,9 @@ def validate_cmd(
     from rlperf.validate import validate
     from rlperf.validation_cases import load_cases
 
+    from rlperf.outputs import claim
+
+    claim([p for p in ((out if calibrate else None), errors_out) if p is not None], force, "--out")  # before the work
     n_jobs = jobs if jobs > 0 else (os.cpu_count() or 1)
     t0 = time.perf_counter()
     cf = load_cases(cases)

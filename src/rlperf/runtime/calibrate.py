@@ -570,16 +570,16 @@ def calibrate(device: str = "auto", quick: bool = False, compute_dtype: str | No
 
 def write_profile(cal: Calibration, path: str | os.PathLike[str]) -> None:
     """Write ``cal`` as a profile file (YAML, or JSON for a ``.json`` name)."""
-    import json
     from pathlib import Path
 
     import yaml
 
     p = Path(path)
     data = cal.to_profile()
-    p.parent.mkdir(parents=True, exist_ok=True)
+    from rlperf.outputs import dumps_strict, write_text
+
     if p.suffix.lower() == ".json":
-        p.write_text(json.dumps(data, indent=1) + "\n")
+        write_text(p, dumps_strict(data, indent=1) + "\n")
         return
     head = (
         f"# Hardware profile of the local device ({cal.device_name}), measured by rlperf calibrate\n"
@@ -587,4 +587,4 @@ def write_profile(cal: Calibration, path: str | os.PathLike[str]) -> None:
         f"# --hardware-profile {p.name} (accelerator id '{LOCAL_ID}'). Peaks are the best rates measured;\n"
         "# efficiencies are relative to them. 'measurements' holds the raw numbers (not read back).\n"
     )
-    p.write_text(head + yaml.safe_dump(data, sort_keys=False, width=120))
+    write_text(p, head + yaml.safe_dump(data, sort_keys=False, width=120))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -201,3 +202,20 @@ def test_simulate_prints_the_decode_step_with_moe_and_communication_terms(capsys
         for term in ("MoE experts read", "tp all-reduce", "sampler", "engine host overhead", "profiles", "hardware.yaml"):
             assert term in out, (name, term)
     assert "across 4 nodes" in out  # DeepSeek-V3's TP-32 engine spans four 8-GPU nodes
+
+
+def test_eager_engine_pays_the_eager_launch_cost() -> None:
+    from rlperf.stages.rollout import simulate_rollout
+    from rlperf.stages.rollout_breakdown import decode_step_breakdown
+    from rlperf.stages.rollout_requests import RolloutRequests
+
+    tiny = load_model("Qwen2.5-0.5B")
+    graphs, eager = EngineLayout(tp=1), EngineLayout(tp=1, cuda_graphs=False)
+    a = decode_step_breakdown(tiny, H100, graphs, 1, 100.0)
+    b = decode_step_breakdown(tiny, H100, eager, 1, 100.0)
+    assert b.side_s("floor") / a.side_s("floor") == pytest.approx(H100.profile.kernel_launch_s / H100.profile.graph_kernel_launch_s)
+    assert b.step_s >= a.step_s
+    reqs = RolloutRequests.build(np.full(4, 64), np.full(4, 256), np.arange(4), np.zeros(4, np.int64))
+    fast = simulate_rollout(tiny, H100, graphs, reqs).makespan_s
+    slow = simulate_rollout(tiny, H100, eager, reqs).makespan_s
+    assert slow >= fast

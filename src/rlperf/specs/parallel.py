@@ -140,6 +140,9 @@ class EngineLayout(Spec):
     # TRT-LLM static micro-batches in NeMo-Aligner, DeepSpeed-Chat's hybrid engine);
     # prefix_sharing and max_num_batched_tokens apply to continuous batching only
     batching: Batching = "continuous"
+    # decode steps replayed as CUDA graphs (vLLM/SGLang default); False: eager launches (vLLM
+    # enforce_eager), each kernel at the profile's kernel_launch_s (stages.rollout_step)
+    cuda_graphs: bool = True
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
 

@@ -81,7 +81,7 @@ def simulate_rollout(
         else kv_capacity_tokens(model, cluster, layout, longest)
     )
     _check_fits(requests, target, cap)
-    step = StepModel.build(model, cluster, layout, opts.cuda_graphs)
+    step = StepModel.build(model, cluster, layout, opts.cuda_graphs and layout.cuda_graphs)
     if layout.batching == "static":
         _check_static(opts)
         reps = [StaticReplica(r) for r in range(layout.replicas)]

@@ -67,9 +67,9 @@ def _prov(cluster: Cluster, field: str) -> str:
 
 def decode_step_breakdown(
     model: ModelSpec, cluster: Cluster, layout: EngineLayout, num_decode: int, context_tokens: float,
-    cuda_graphs: bool = True,
 ) -> StepBreakdown:
     """The terms of one decode step of ``num_decode`` sequences with ``context_tokens`` in total."""
+    cuda_graphs = layout.cuda_graphs
     step = StepModel.build(model, cluster, layout, cuda_graphs)
     b, ctx = num_decode, context_tokens
     mb = int(step.num_microbatches(b))

@@ -50,7 +50,8 @@ launched, but launches overlap with the kernels of the step, and ``decode_hbm_ef
 end-to-end decode figure (gpt-fast MBU) that already carries the gaps between kernels; adding
 the launches on top would count them twice. vLLM and SGLang replay decode steps as CUDA graphs,
 so the per-kernel cost is the profile's ``graph_kernel_launch_s`` (``kernel_launch_s`` for eager
-execution, ``cuda_graphs=False``). The floor binds only for very small models.
+execution: ``EngineLayout.cuda_graphs = False``, vLLM's ``enforce_eager``). The floor binds only
+for very small models.
 
 The roofline ``max(compute, memory)`` is the usual decode model (Williams et al. 2009; Pope et
 al. 2022, "Efficiently Scaling Transformer Inference", §2). With the batch fixed, the total

@@ -110,9 +110,12 @@ def unmodelled(profile: str | Path | None, num_layers: int, meas: Measurement) -
     """What the calibration measured that the cost model has no term for, sized for this step."""
     if profile is None:
         return []
-    import yaml
+    from rlperf.inputs import load_json, load_yaml
 
-    data = yaml.safe_load(Path(profile).read_text()) or {}
+    data = (load_json(profile, "hardware_profile") if str(profile).lower().endswith(".json")
+            else load_yaml(profile, "hardware_profile")) or {}
+    if not isinstance(data, dict):
+        return []  # predict() has already refused a profile that is not a mapping
     m = data.get("measurements") or {}
     notes: list[str] = []
     eng = m.get("engine_step_s")

@@ -10,7 +10,6 @@ the cost model assumes packed sequences, see :attr:`Padded.padded_tokens`).
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,12 @@ def config_dict(model: str) -> dict[str, Any]:
     if path.is_dir():
         path = path / "config.json"
     if path.is_file():
-        data: dict[str, Any] = json.loads(path.read_text())
+        from rlperf.errors import SpecError, show_path
+        from rlperf.inputs import load_json
+
+        data = load_json(path, "model")
+        if not isinstance(data, dict):
+            raise SpecError("<root>", "not a JSON object", "an HF config.json object", show_path(path))
         return data
     from rlperf.catalog import load_config
 

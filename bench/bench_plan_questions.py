@@ -5,7 +5,7 @@ Each question runs the CLI in a child process (search, what-ifs and rendering in
 (``resource.getrusage(RUSAGE_CHILDREN)``), which the machine's load does not inflate the way
 it inflates wall time. The load average is printed beside it.
 
-Run: .venv/bin/python bench/bench_plan_questions.py [--skip-1024]
+Run: .venv/bin/python bench/bench_plan_questions.py [--skip-1024 | --only-from]
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ QUESTIONS: list[tuple[str, list[str]]] = [
     ("16 nodes, Qwen2.5-32B PPO", ["--model", "Qwen2.5-32B", "--nodes", "16", "--algorithm", "PPO"]),
     ("128 nodes (1,024 H100), Qwen2.5-32B DAPO workload", ["--model", "Qwen2.5-32B", "--nodes", "128",
                                                           "--workload", "dapo-qwen2.5-32b"]),
+    ("plan --from verl: DAPO Qwen2.5-32B recipe (128 GPUs)",
+     ["--from", "verl", "tests/data/framework_corpus/verl/recipe/dapo/run_dapo_qwen2.5_32b.sh"]),
 ]
 
 
@@ -39,7 +41,8 @@ def run(args: list[str]) -> tuple[float, float, dict[str, object]]:
 
 def main() -> None:
     for label, args in QUESTIONS:
-        if "--skip-1024" in sys.argv and "128" in args:
+        if ("--skip-1024" in sys.argv and "128" in args) or (len(sys.argv) > 1 and sys.argv[-1] == "--only-from"
+                                                              and "--from" not in args):
             continue
         load = os.getloadavg()[0]
         cpu, wall, doc = run(args)

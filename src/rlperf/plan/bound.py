@@ -13,6 +13,8 @@ from the model, the hardware peaks and the sampled lengths, never from a simulat
 - a forward pass or a training update of a role on ``g`` GPUs: ``2·N·T`` (forward) or
   ``6·N·T·e`` (update) FLOPs at the accelerator's dense peak, ``N`` active parameters, ``T``
   trained tokens, ``e`` epochs;
+- a mode whose rollout call stops at the first ``B·G`` finished responses (streaming) gets
+  no bound (0): it trains the shortest responses and has no tail;
 - composition per execution mode: a synchronous step serializes the rollout and each pool's
   training work (``gen + max_pool(fwd + train)``; with stage fusion the forward passes may hide
   in the rollout, so only the updates count after it); a pipelined mode (staleness >= 1,
@@ -112,7 +114,13 @@ class Bounder:
     def bound(self, cand: Candidate) -> PlanBound:
         """The smallest of the per-iteration bounds over the iterations the simulator averages
         (each draws its own batch): a lower bound on their mean."""
-        warmup, steady = mode_of(cand.plan.mode).sim_iterations()
+        mode = mode_of(cand.plan.mode)
+        wl = self.sc.workload
+        if mode.stop_after_finished(wl.prompts_per_step * wl.group_size) is not None:
+            # A call that stops at the first B·G finished responses trains the short ones and
+            # has no rollout tail: neither the depth nor the nominal work bounds its step.
+            return PlanBound(0.0, "none (stops early)")
+        warmup, steady = mode.sim_iterations()
         return min((self._bound_at(cand, it) for it in range(warmup, warmup + steady)), key=lambda b: b.step_s)
 
     def _bound_at(self, cand: Candidate, it: int) -> PlanBound:

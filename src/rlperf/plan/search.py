@@ -231,7 +231,8 @@ def search(
        rest get the fast estimate and are simulated best estimate first, a batch at a time
        (one plan per worker), each batch tightening the incumbent and pruning again;
     4. it stops when nothing is left (the best is proven within the tolerance) or after
-       ``top_k`` simulations per GPU count (the rest are reported as not proven).
+       ``top_k`` simulations per GPU count that survived the first pruning (the rest are
+       reported as not proven).
     """
     opts = opts or SearchOptions()
     mapper = mapper or local_mapper()
@@ -304,7 +305,7 @@ def search(
         return min(ok, default=math.inf)
 
     simulate_batch(items)
-    budget = opts.top_k * len(sizes)
+    budget = -1  # set after the first pruning: top_k per GPU count that still has a candidate
     batch_size = max(1, opts.sim_batch)
     pruned_terms: dict[str, int] = {}
     searched = 0
@@ -317,20 +318,31 @@ def search(
             if n.bound_obj * (1 + opts.tolerance) >= best:
                 pruned_terms[n.bound.term] = pruned_terms.get(n.bound.term, 0) + 1
         live = keep
+        if budget < 0:
+            budget = opts.top_k * len({n.gpus for n in live})
         if not live or searched >= budget:
             break
-        for n in live:
+        # Best first: estimate in order of bound while a bound is below the best estimate so
+        # far (a plan whose bound exceeds it would not be simulated next anyway); the rest wait
+        # for later rounds, by which time the incumbent may have pruned them.
+        best_est = min((n.est_obj for n in live if id(n) in estimated), default=math.inf)
+        for n in live:  # sorted by bound
+            if n.bound_obj >= best_est:
+                break
             if id(n) in estimated:
                 continue
             estimated.add(id(n))
             try:
                 n.estimate = ests[n.gpus].estimate(n.cand)
                 n.est_obj = obj(PlanEvaluation(n.cand.label, n.cand.plan, n.gpus, n.estimate, None, "search"))
+                best_est = min(best_est, n.est_obj)
             except SpecError as err:
                 rejected.append(Rejected(f"{n.gpus} GPUs | {n.cand.label}", str(err)))
-        live = [n for n in live if n.estimate is not None]
+        live = [n for n in live if n.estimate is not None or id(n) not in estimated]
         live.sort(key=lambda n: (n.est_obj, n.bound_obj, n.gpus, n.cand.label))
-        take, live = live[: min(batch_size, budget - searched)], live[min(batch_size, budget - searched):]
+        ready = [n for n in live if n.estimate is not None]
+        take = ready[: min(batch_size, budget - searched)]
+        live = [n for n in live if not any(n is t for t in take)]
         if not take:
             break
         if progress:
@@ -370,6 +382,10 @@ def search(
         + (f", {unproven} left unproven" if unproven else ", best proven within the tolerance"),
         f"wall: {t_end - t0:.1f} s; fast estimate {comp} stage-cost evaluations (memoized)",
     ]
+    if best_eval.sim is not None:
+        wd = best_eval.sim.bounds
+        notes.append(f"best plan: {wd.ratio:.2f}x its simulated work-depth bound (W/P {wd.work_s / wd.num_gpus:.0f} s, "
+                     f"D/(s+1) {wd.depth_s / (wd.staleness + 1):.0f} s)")
     return PlanSearchResult(
         scenario=sc.name,
         num_gpus=sc.cluster.num_gpus,

@@ -43,7 +43,7 @@ class SearchOptions:
     max_staleness: int = 2  # modes whose staleness exceeds this are not considered
     allow_partial_rollout: bool = True
     allow_fusion: bool = True
-    top_k: int = 3  # at most top_k x (GPU counts) plans simulated beyond the baselines
+    top_k: int = 3  # at most top_k x (GPU counts the bound leaves) plans simulated beyond the baselines
     tolerance: float = 0.05  # stop once no unsimulated plan's bound beats the best by more than this
     # Plans simulated between two pruning rounds (one per worker on a 4-core machine); fixed,
     # not taken from the executor, so that every executor simulates the same plans.

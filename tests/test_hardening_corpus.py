@@ -276,6 +276,13 @@ def test_out_pointing_at_a_file_is_refused_before_the_work(tmp_path: Path) -> No
     assert target.read_text() == "keep"
 
 
+def test_out_below_a_file_is_refused_before_the_work(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("keep")
+    sc = write(tmp_path / "sc.yaml", small())
+    res = invoke(["simulate", str(sc), "--out", str(tmp_path / "file" / "sub")], time_limit_s=10)
+    assert_one_line_error(res, contains="not a folder")
+
+
 def test_report_pointing_at_a_file_is_refused_before_the_search(tmp_path: Path) -> None:
     target = tmp_path / "file"
     target.write_text("keep")

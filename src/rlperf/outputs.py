@@ -58,6 +58,18 @@ def claim(paths: Iterable[Path], force: bool, option: str) -> None:
             raise SpecError(option, f"{show_path(p)!r} exists and is not a file", "a new file path")
         if exists and not force:
             raise SpecError(option, f"{show_path(p)!r} exists", "a new path, or --force to replace it")
+        _check_writable(p.parent, option)
+
+
+def _check_writable(folder: Path, option: str) -> None:
+    """The nearest existing folder on the way to ``folder`` must be a folder we may write in."""
+    here = folder
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    if not here.is_dir():
+        raise SpecError(option, f"{show_path(here)!r} is a file, not a folder", "a path inside a folder")
+    if not os.access(here, os.W_OK | os.X_OK):
+        raise SpecError(option, f"cannot write in {show_path(here)!r} (permission denied)", "a writable folder")
 
 
 def write_text(path: str | Path, text: str) -> Path:

@@ -220,11 +220,30 @@ def load_scenario_spec(source: str | Path | Mapping[str, Any]) -> ScenarioSpec:
     """The validated, unresolved spec of a scenario (e.g. to change the cluster before resolving)."""
     if isinstance(source, Mapping):
         return parse(ScenarioSpec, dict(source))
-    data = read_scenario_data(source)
+    data = _model_paths_near(read_scenario_data(source), scenario_path(source).parent)
     try:
         return parse(ScenarioSpec, data)
     except SpecError as err:
         raise err.in_source(scenario_path(source)) from None
+
+
+def _model_paths_near(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Relative config.json paths of the actor, critic and reward model, read from the
+    scenario's folder (a catalog name or a path valid from here is kept)."""
+    from rlperf.catalog import model_ref_near
+
+    if isinstance(data.get("model"), str):
+        data = {**data, "model": model_ref_near(data["model"], base)}
+    algo = data.get("algorithm")
+    if isinstance(algo, dict):
+        algo = dict(algo)
+        if isinstance(algo.get("critic_model"), str):
+            algo["critic_model"] = model_ref_near(algo["critic_model"], base)
+        reward = algo.get("reward")
+        if isinstance(reward, dict) and isinstance(reward.get("model"), str):
+            algo["reward"] = {**reward, "model": model_ref_near(reward["model"], base)}
+        data = {**data, "algorithm": algo}
+    return data
 
 
 def list_scenarios() -> list[str]:

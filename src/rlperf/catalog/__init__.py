@@ -83,6 +83,19 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     return _load_entry(resolve_name(text))
 
 
+def model_ref_near(ref: str, base: Path) -> str:
+    """``ref`` as written in a file in folder ``base``: a relative ``config.json`` path (or its
+    folder) is read relative to ``base``, like any path in that file; names and other paths are
+    left as they are."""
+    path = Path(ref).expanduser()
+    if path.is_absolute() or path.exists():
+        return ref
+    near = base / path
+    if near.is_file() or (near / "config.json").is_file():
+        return str(near)
+    return ref
+
+
 @cache
 def _load_entry(entry: str) -> ModelSpec:
     return ModelSpec.from_hf_config(load_config(entry), name=entry)
@@ -95,5 +108,6 @@ __all__ = [
     "list_models",
     "load_config",
     "load_model",
+    "model_ref_near",
     "resolve_name",
 ]

@@ -124,7 +124,7 @@ def _bias_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any]:
 def spec_fields_from_hf(cfg: dict[str, Any], name: str | None) -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise SpecError("model.config", "config.json must hold a JSON object")
-    if cfg.get("model_type") in VLM_TEXT_TYPES:  # language tower + vision encoder
+    if str(cfg.get("model_type")) in VLM_TEXT_TYPES:  # language tower + vision encoder
         text, vlm = text_tower(cfg)
         tower = spec_fields_from_hf(text, name or str(cfg.get("_name_or_path") or vlm))
         return {**tower, "architecture": vlm, "vision": qwen2_5_vl_vision(cfg)}

@@ -26,26 +26,30 @@ VLM_TEXT_TYPES = {"qwen2_5_vl": "qwen2"}
 
 
 def _vision_key(v: dict[str, Any], key: str, default: int) -> int:
+    """An integer of ``vision_config`` (a per-axis list of equal sizes counts as one)."""
     value = v.get(key)
     if isinstance(value, list):  # patch sizes may be given per axis
-        if len(set(value)) != 1:
+        if not value or any(x != value[0] for x in value):
             raise SpecError(where(f"vision_config.{key}"), f"must be one size for all axes, got {value!r}")
         value = value[0]
-    return opt({key: value}, key, default)
+    try:
+        return opt({key: value}, key, default)
+    except SpecError as err:
+        raise SpecError(where(f"vision_config.{key}"), err.problem, err.allowed) from None
 
 
 def qwen2_5_vl_vision(cfg: dict[str, Any]) -> dict[str, Any]:
     v = cfg.get("vision_config")
     if not isinstance(v, dict):
         raise SpecError(where("vision_config"), "missing from config.json (a Qwen2.5-VL needs it)")
-    e, i = opt(v, "hidden_size", 3584), opt(v, "intermediate_size", 3420)
-    depth, heads = opt(v, "depth", 32), opt(v, "num_heads", 16)
-    c = opt(v, "in_channels", opt(v, "in_chans", 3))
+    e, i = _vision_key(v, "hidden_size", 3584), _vision_key(v, "intermediate_size", 3420)
+    depth, heads = _vision_key(v, "depth", 32), _vision_key(v, "num_heads", 16)
+    c = _vision_key(v, "in_channels", _vision_key(v, "in_chans", 3))
     t, p = _vision_key(v, "temporal_patch_size", 2), _vision_key(v, "patch_size", 14)
-    m, o = opt(v, "spatial_merge_size", 2), opt(v, "out_hidden_size", 3584)
-    window = opt(v, "window_size", 112)
+    m, o = _vision_key(v, "spatial_merge_size", 2), _vision_key(v, "out_hidden_size", 3584)
+    window = _vision_key(v, "window_size", 112)
     full = v.get("fullatt_block_indexes", [7, 15, 23, 31])
-    if not isinstance(full, list) or any(not isinstance(k, int) or not 0 <= k < depth for k in full):
+    if not isinstance(full, list) or any(type(k) is not int or not 0 <= k < depth for k in full):
         raise SpecError(where("vision_config.fullatt_block_indexes"), f"must list block indices below {depth}")
     if e % heads:
         raise SpecError(where("vision_config.num_heads"), f"{heads} does not divide hidden_size={e}")

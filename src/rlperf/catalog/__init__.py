@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rlperf.errors import SpecError, unknown_name
+from rlperf.errors import SpecError, show_path, unknown_name
 from rlperf.specs.model import ModelSpec
 
 MODELS_DIR = Path(__file__).parent / "models"
@@ -76,10 +76,14 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     """A ``ModelSpec`` from a catalog name or alias, a ``config.json`` path, or a folder."""
     text = str(name_or_path)
     path = Path(text).expanduser()
-    if path.is_file() or (path / "config.json").is_file():
+    try:
+        is_file, is_dir = path.is_file() or (path / "config.json").is_file(), path.is_dir()
+    except OSError:  # e.g. a name too long to be a path: not a file, so a catalog name
+        is_file = is_dir = False
+    if is_file:
         return ModelSpec.from_path(path)  # read each time: the file may have changed
-    if isinstance(name_or_path, Path) or text.endswith(".json") or path.is_dir():
-        raise SpecError("model", f"no config.json at {text!r}")
+    if isinstance(name_or_path, Path) or text.endswith(".json") or is_dir:
+        raise SpecError("model", f"no config.json at {show_path(text)!r}")
     return _load_entry(resolve_name(text))
 
 

@@ -29,37 +29,39 @@ MAX_NODES = 200_000  # nodes after alias expansion (a verl ppo_trainer.yaml: ~1,
 
 
 def check_path(path: str | Path, what: str = "file") -> Path:
-    """``path`` if it names a readable regular file of at most MAX_FILE_BYTES, else SpecError."""
+    """``path`` if it names a readable regular file of at most MAX_FILE_BYTES, else a SpecError
+    naming the file (``error: <file>:<what>: <problem>``)."""
     p = Path(path)
     shown = show_path(p)
     try:
         st = os.stat(p)
     except FileNotFoundError:
-        raise SpecError(what, f"file not found: {shown!r}") from None
+        raise SpecError(what, "file not found", "an existing file", shown) from None
     except OSError as err:
-        raise SpecError(what, f"cannot read {shown!r} ({err.strerror or type(err).__name__})") from None
+        raise SpecError(what, f"cannot read ({err.strerror or type(err).__name__})", "a readable file", shown) from None
     if stat.S_ISDIR(st.st_mode):
-        raise SpecError(what, f"{shown!r} is a directory", "a file")
+        raise SpecError(what, "is a directory", "a regular file", shown)
     if not stat.S_ISREG(st.st_mode):
-        raise SpecError(what, f"{shown!r} is not a regular file", "a file")
+        raise SpecError(what, "is not a regular file", "a regular file", shown)
     if st.st_size > MAX_FILE_BYTES:
-        raise SpecError(what, f"{shown!r} is {st.st_size:,} bytes", f"at most {MAX_FILE_BYTES:,} bytes")
+        raise SpecError(what, f"{st.st_size:,} bytes", f"at most {MAX_FILE_BYTES:,} bytes", shown)
     return p
 
 
 def read_text(path: str | Path, what: str = "file") -> str:
     """The UTF-8 text of a checked file (see :func:`check_path`)."""
     p = check_path(path, what)
+    shown = show_path(p)
     try:
         data = p.read_bytes()
     except OSError as err:
-        raise SpecError(what, f"cannot read {show_path(p)!r} ({err.strerror or type(err).__name__})") from None
+        raise SpecError(what, f"cannot read ({err.strerror or type(err).__name__})", "a readable file", shown) from None
     if len(data) > MAX_FILE_BYTES:  # grew since the check
-        raise SpecError(what, f"{show_path(p)!r} is over {MAX_FILE_BYTES:,} bytes", f"at most {MAX_FILE_BYTES:,} bytes")
+        raise SpecError(what, f"over {MAX_FILE_BYTES:,} bytes", f"at most {MAX_FILE_BYTES:,} bytes", shown)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise SpecError(what, f"{show_path(p)!r} is not UTF-8 text (byte {err.start})") from None
+        raise SpecError(what, f"not UTF-8 text (byte {err.start})", "UTF-8 text", shown) from None
 
 
 def load_yaml(path: str | Path, what: str = "file") -> Any:

@@ -63,7 +63,7 @@ def unknown_name(field: str, name: str, known: Iterable[str]) -> SpecError:
         lowered = name.lower()
         close = [k for k in known_list if lowered in k.lower()][:3]
     hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(known_list[:12])}"
-    return SpecError(field, f"unknown name {name!r}; {hint}")
+    return SpecError(field, f"unknown name {_short(name, 80)}; {hint}")
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:

@@ -74,9 +74,25 @@ def test_a_host_bound_step_is_the_host_time() -> None:
     step = train_step(MODEL, cl, lay, np.full(n, 256))
     assert step.time_s == pytest.approx(n * 3 * (MODEL.num_layers + 2), rel=1e-2)
     assert step.component("host") > 0.99 * step.time_s
-    # a device-bound step hides the host time entirely
-    busy = train_step(MODEL, _with(A100, megatron_layer_overhead_s=1e-9), lay, np.full(n, 4096))
-    assert busy.component("host") == 0
+    # a device-bound step hides the host time (entirely under max, all but a sliver when smooth)
+    tiny = _with(A100, megatron_layer_overhead_s=1e-6)
+    assert train_step(MODEL, _with(tiny, host_overlap_exponent=None), lay, np.full(n, 4096)).component("host") == 0
+    busy = train_step(MODEL, _with(tiny, host_overlap_exponent=3.0), lay, np.full(n, 4096))
+    assert busy.component("host") < 1e-6 * busy.time_s
+
+
+def test_smooth_overlap_closed_form() -> None:
+    # host = device: max gives the device time, the smooth maximum 2^(1/k) of it
+    lay = TrainLayout(dp=1, micro_batch_size=1, zero_stage=0, backend="megatron", recompute="none")
+    mb = MicroBatchShapes.single(np.array([512]))
+    probe = LayoutCosts(MODEL, A100, lay)
+    device = float(probe.forward(probe.shards[0], mb).device_s[0])
+    per_layer = device / (MODEL.num_layers + 2)
+    for k, factor in ((None, 1.0), (3.0, 2 ** (1 / 3)), (2.0, 2**0.5)):
+        costs = LayoutCosts(MODEL, _with(A100, megatron_layer_overhead_s=per_layer, host_overlap_exponent=k), lay)
+        fwd = costs.forward(costs.shards[0], mb)
+        assert fwd.host_s == pytest.approx(device)
+        assert float(fwd.time_s[0]) == pytest.approx(factor * device, rel=1e-9)
 
 
 def test_collectives_latency_at_one_byte_bandwidth_at_large_sizes() -> None:

@@ -17,14 +17,11 @@ size.
 even, else in the *hold-out* half: stable across files, orderings and runs. A fit
 (:func:`fit_layer_overhead`) sees only the fit half; both halves are reported separately.
 
-**Fit.** The one generic parameter with no published figure, the training backend's host time
-per layer and micro-batch pass (:attr:`HardwareProfile.megatron_layer_overhead_s`), enters the
-predicted step time linearly (every pass of every micro-batch pays it on its stage, and the
-pipeline's time is a sum of stage times): ``pred_i(x) = b_i + k_i x`` with ``b_i`` the
-prediction at ``x = 0`` and ``k_i`` its slope (two evaluations per row). The least squares of
-the relative error over the fit half, ``min_x sum_i ((b_i + k_i x) / m_i - 1)^2``, is
-
-  x = sum_i k_i (m_i - b_i) / m_i^2  /  sum_i k_i^2 / m_i^2   (clipped at 0).
+**Fit.** The backend's host time per layer and micro-batch pass
+(:attr:`HardwareProfile.megatron_layer_overhead_s`, no published figure) is fitted on the fit half
+alone: the value minimizing the squared relative error ``sum_i (pred_i(x) / m_i - 1)^2``, by
+golden-section search on ``[0, 10 ms]`` (:func:`fit_layer_overhead`; ``pred_i`` is not linear in
+``x`` because a pass takes the smooth maximum of its host and device times).
 """
 
 from __future__ import annotations

@@ -131,6 +131,9 @@ class HardwareProfile(Spec):
     # dispatch, autograd, hooks; stages.pass_cost). None: nothing added.
     megatron_layer_overhead_s: OverheadSeconds | None = None
     fsdp_layer_overhead_s: OverheadSeconds | None = None
+    # How a pass's host time and device time combine: (host^k + device^k)^(1/k), a smooth maximum
+    # (the host runs ahead of the device only between synchronizations). None: max(host, device).
+    host_overlap_exponent: float | None = Field(default=None, gt=1, le=100)
     # The engine's load_weights per checkpoint tensor (reload after a sync, both transfer modes;
     # stages.weight_sync). None: nothing.
     engine_load_tensor_overhead_s: OverheadSeconds | None = None

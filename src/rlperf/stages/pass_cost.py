@@ -28,8 +28,11 @@ Forward (per device of stage ``s``, ``t = tokens / cp`` tokens of the micro-batc
 - the training backend's host time (``HardwareProfile.train_layer_overhead_s``, per layer
   and pass; the embedding and the LM head with its loss count as one layer each on their
   stages): ``host = (layers + [first stage] + [last stage]) x overhead``. The host issues the
-  pass while the device runs it, so a pass takes ``max(host, compute + tp/cp/ep communication)``
-  and then its pipeline send, which synchronizes the two (Megatron's p2p waits for the device).
+  pass while the device runs it, so a pass takes ``max(host, device)`` with ``device = compute +
+  tp/cp/ep communication``, or, with the profile's ``host_overlap_exponent`` ``k``, the smooth
+  maximum ``(host^k + device^k)^(1/k)`` (the host runs ahead only between synchronizations, so
+  near ``host = device`` each waits on the other part of the time), and then its pipeline send,
+  which synchronizes the two (Megatron's p2p waits for the device).
 
 Backward (host time: twice the forward's with full recompute, the forward's without) is twice
 the forward (gradients w.r.t. inputs and weights, the ``3x`` of
@@ -147,6 +150,7 @@ class PassCost:
     body_s: np.ndarray  # roofline time of the kernels, no launch cost (what work counts)
     launch_s: float  # kernel launches
     host_s: float  # the backend's host time for the pass (layers x HardwareProfile.train_layer_overhead_s)
+    host_overlap: float | None  # HardwareProfile.host_overlap_exponent (None: max(host, device))
     attention_s: np.ndarray  # the attention part of body_s
     tp_s: np.ndarray
     cp_s: np.ndarray
@@ -168,13 +172,23 @@ class PassCost:
     @property
     def host_exposed_s(self) -> np.ndarray:
         """Host time the device waits for: the host issues the pass while the device runs it
-        (the collectives are asynchronous to it), so only what it needs beyond that shows."""
-        exposed: np.ndarray = np.maximum(0.0, self.host_s - self.device_s)
-        return exposed
+        (the collectives are asynchronous to it), so only what it needs beyond that shows:
+        ``max(host, device) - device``, or with the profile's overlap exponent ``k`` the smooth
+        maximum ``(host^k + device^k)^(1/k) - device``."""
+        device = self.device_s
+        if self.host_s <= 0:
+            return np.zeros(device.shape)
+        if self.host_overlap is None:
+            exposed: np.ndarray = np.maximum(0.0, self.host_s - device)
+            return exposed
+        k = self.host_overlap
+        blended: np.ndarray = np.maximum(0.0, (self.host_s**k + device**k) ** (1.0 / k) - device)
+        return blended
 
     @property
     def time_s(self) -> np.ndarray:
-        """``max(host, device)``, then the pipeline send, which synchronizes host and device."""
+        """``max(host, device)`` (or its smooth form), then the pipeline send, which
+        synchronizes host and device."""
         time: np.ndarray = self.device_s + self.host_exposed_s + self.pp_s
         return time
 
@@ -281,6 +295,7 @@ class LayoutCosts:
             flops=lin.flops + attn.flops + elem.flops,
             hbm_bytes=lin.bytes + attn.bytes + elem.bytes,
             body_s=body, launch_s=launch, host_s=self._host_units(shard) * self._host_per_layer_s,
+            host_overlap=cl.profile.host_overlap_exponent,
             attention_s=attn.time_s, **comm,
         )
 
@@ -313,7 +328,8 @@ class LayoutCosts:
             ring_passes=2 + (1 if lay.recompute != "none" else 0), a2a_passes=1 + replay,
         )
         return PassCost(
-            flops=flops, hbm_bytes=hbm, body_s=body, launch_s=launch, host_s=host, attention_s=attention_s, **comm
+            flops=flops, hbm_bytes=hbm, body_s=body, launch_s=launch, host_s=host,
+            host_overlap=cl.profile.host_overlap_exponent, attention_s=attention_s, **comm
         )
 
     def _host_units(self, shard: StageShard) -> int:

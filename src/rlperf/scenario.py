@@ -154,6 +154,7 @@ def resolve(spec: ScenarioSpec) -> Scenario:
     nodes = c.num_nodes if c.num_gpus is None or "num_nodes" in c.model_fields_set else None
     cluster = make_cluster(c.gpu, num_gpus=c.num_gpus, num_nodes=nodes, gpus_per_node=c.gpus_per_node, profile_path=c.profile)
     workload = resolve_workload(spec.workload)
+    _check_positions(models, workload)
     algorithm = get_algorithm(spec.algorithm.name)
     if spec.algorithm.old_logprob == "always":
         algorithm = algorithm.with_old_logprob_always()
@@ -165,6 +166,19 @@ def resolve(spec: ScenarioSpec) -> Scenario:
     if spec.simulation.warmup >= spec.simulation.iterations:
         raise SpecError("simulation.warmup", f"must be < iterations ({spec.simulation.iterations})")
     return Scenario(spec, models, cluster, workload, algorithm)
+
+
+def _check_positions(models: Mapping[str, ModelSpec], workload: Workload) -> None:
+    """A model with learned positions (GPT-2, OPT, StarCoder) cannot run past its table."""
+    longest = workload.max_sequence_tokens
+    for model in models.values():
+        limit = model.max_sequence_tokens
+        if limit is not None and longest > limit:
+            raise SpecError(
+                "workload.max_total_tokens",
+                f"sequences of up to {longest} tokens exceed the {limit} learned positions of {model.name}",
+                f"<= {limit}",
+            )
 
 
 def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:

@@ -222,6 +222,12 @@ class ModelSpec(Spec):
         return ", ".join(parts)
 
     @property
+    def max_sequence_tokens(self) -> int | None:
+        """The longest sequence the model can position: a learned table has one row per
+        position (OPT's two offset rows aside); rotary positions have no hard limit (None)."""
+        return self.max_position_embeddings if self.position.kind == "learned" else None
+
+    @property
     def token_embedding_size(self) -> int:
         """Width of the token embedding and of the LM head's input."""
         return self.embedding_size or self.hidden_size

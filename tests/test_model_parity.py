@@ -36,7 +36,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: 
 
 from rlperf.catalog import list_models, load_config  # noqa: E402
 from rlperf.specs.model import ModelSpec  # noqa: E402
-from tests.helpers.hf_configs import hf_configs  # noqa: E402
+from tests.helpers.hf_configs import gpt_family_configs, hf_configs  # noqa: E402
 
 hf_logging.set_verbosity_error()
 
@@ -89,6 +89,13 @@ def test_catalog_param_count_equals_transformers(name: str) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cfg=hf_configs(max_dim=48))
 def test_random_config_param_count_equals_transformers(cfg: dict[str, Any]) -> None:
+    spec = ModelSpec.from_hf_config(cfg, "random")
+    assert num_parameters(build(cfg)) == spec.num_params
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=gpt_family_configs())
+def test_random_gpt_family_param_count_equals_transformers(cfg: dict[str, Any]) -> None:
     spec = ModelSpec.from_hf_config(cfg, "random")
     assert num_parameters(build(cfg)) == spec.num_params
 

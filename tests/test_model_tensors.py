@@ -23,7 +23,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: 
 
 from rlperf.catalog import list_models, load_config  # noqa: E402
 from rlperf.specs.model import ModelSpec  # noqa: E402
-from tests.helpers.hf_configs import hf_configs  # noqa: E402
+from tests.helpers.hf_configs import gpt_family_configs, hf_configs  # noqa: E402
 
 hf_logging.set_verbosity_error()
 
@@ -75,4 +75,10 @@ def test_dense_catalog_models_have_one_tensor_per_parameter(name: str) -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cfg=hf_configs(max_dim=32))
 def test_random_config_tensor_count_equals_transformers(cfg: dict[str, Any]) -> None:
+    assert ModelSpec.from_hf_config(cfg, "random").num_weight_tensors == checkpoint_tensors(cfg)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=gpt_family_configs(max_dim=32))
+def test_random_gpt_family_tensor_count_equals_transformers(cfg: dict[str, Any]) -> None:
     assert ModelSpec.from_hf_config(cfg, "random").num_weight_tensors == checkpoint_tensors(cfg)

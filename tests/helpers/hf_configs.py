@@ -88,3 +88,36 @@ def hf_configs(draw: st.DrawFn, max_dim: int = 64, max_layers: int = 3) -> dict[
         cfg["num_key_value_heads"] = heads  # MLA: every head has its own (latent-derived) K and V
         cfg.update(draw(_mla_keys(max_dim)))
     return cfg
+
+
+@st.composite
+def gpt_family_configs(draw: st.DrawFn, max_dim: int = 48, max_layers: int = 3) -> dict[str, Any]:
+    """A small valid config.json of a GPT-style family, every structural switch drawn."""
+    mtype = draw(st.sampled_from(("gpt2", "gpt_bigcode", "gpt_neox", "opt", "phi")))
+    heads = draw(st.integers(1, 4))
+    d = heads * 2 * draw(st.integers(1, max(1, max_dim // 8)))
+    layers, width = draw(st.integers(1, max_layers)), draw(st.integers(1, max_dim))
+    vocab, tied = draw(st.integers(2, 4 * max_dim)), draw(st.booleans())
+    if mtype in ("gpt2", "gpt_bigcode"):
+        cfg: dict[str, Any] = {"n_embd": d, "n_layer": layers, "n_head": heads, "n_inner": width,
+                               "n_positions": draw(st.integers(1, 64))}
+        if mtype == "gpt_bigcode":
+            cfg["multi_query"] = draw(st.booleans())
+    else:
+        cfg = {"hidden_size": d, "num_hidden_layers": layers, "num_attention_heads": heads,
+               "max_position_embeddings": draw(st.integers(1, 64))}
+        if mtype == "opt":
+            cfg |= {"ffn_dim": width, "enable_bias": draw(st.booleans()),
+                    "layer_norm_elementwise_affine": draw(st.booleans()),
+                    "do_layer_norm_before": draw(st.booleans()),
+                    "word_embed_proj_dim": draw(st.sampled_from((d, 2 * d, max(1, d // 2))))}
+        else:
+            cfg["intermediate_size"] = width
+        if mtype == "gpt_neox":
+            cfg |= {"attention_bias": draw(st.booleans()), "use_parallel_residual": draw(st.booleans()),
+                    "rotary_pct": draw(st.sampled_from((0.25, 0.5, 1.0)))}
+        if mtype == "phi":
+            kv = draw(st.sampled_from([k for k in range(1, heads + 1) if heads % k == 0]))
+            cfg |= {"num_key_value_heads": kv, "qk_layernorm": draw(st.booleans()), "partial_rotary_factor": 0.5}
+    return {"model_type": mtype, **cfg, "vocab_size": vocab, "tie_word_embeddings": tied, "pad_token_id": 0,
+            "bos_token_id": 0, "eos_token_id": 0}

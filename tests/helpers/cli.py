@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import signal
 import types
 from dataclasses import dataclass
 from pathlib import Path
+
+
+PROGRESS = re.compile(r"^\[\s*[\d.]+ s\] ")
 
 
 class TooSlow(Exception):
@@ -31,8 +35,8 @@ class Outcome:
 
     @property
     def error_lines(self) -> list[str]:
-        """stderr lines other than one-line warnings."""
-        return [ln for ln in self.err_lines if not ln.startswith("warning: ")]
+        """stderr lines other than one-line warnings and plan's progress lines (``[  1.2 s] ...``)."""
+        return [ln for ln in self.err_lines if not ln.startswith("warning: ") and not PROGRESS.match(ln)]
 
 
 def invoke(args: list[str], time_limit_s: float = 20.0) -> Outcome:

@@ -31,7 +31,7 @@ from tests.helpers.cli import Outcome, assert_one_line_error, files_under, invok
 from tests.helpers.models import QWEN25_7B_CONFIG
 from tests.test_hardening_corpus import EX, OPENRLHF, SMALL, VERL
 
-SCALE = float(os.environ.get("RLPERF_FUZZ_SCALE", "1"))
+SCALE = float(os.environ.get("RLPERF_FUZZ_SCALE", "2"))  # ~45 s in CI
 
 
 def fuzz(examples: int) -> Any:
@@ -62,7 +62,9 @@ def check(res: Outcome, out: Path | None = None) -> None:
 
 SPECIAL = [0, -1, 1, 2, 2**31, 2**63, -(2**63), 10**30, 1e30, 1e-30, 0.5, 1.5, -0.0, float("inf"), float("-inf"),
            float("nan"), "", "1:30", "0x10", "0o7", "yes", "off", "~", "null", ".inf", "-", "../../x", "/etc/passwd",
-           "a" * 300, None, True, False, [], {}]
+           "a" * 300, None, True, False, [], {},
+           # the upper edges of the physical ranges: accepted, and must still finish in time
+           144, 1_000, 4_096, 10_000, 16_384, 65_536, 131_072, 524_288, 4_194_304]
 LEAF = st.one_of(st.sampled_from(SPECIAL), st.integers(), st.floats(), st.text(max_size=12))
 VALUE = st.recursive(LEAF, lambda kids: st.one_of(st.lists(kids, max_size=3),
                                                   st.dictionaries(st.text(max_size=6), kids, max_size=3)), max_leaves=6)

@@ -33,6 +33,7 @@ from abc import ABC, abstractmethod
 import math
 from dataclasses import dataclass
 
+from rlperf.cost.lora import stage_adapter_params
 from rlperf.cost.memory_activations import (
     ACTIVATION_DTYPE,
     LayerActivations,
@@ -202,6 +203,11 @@ def _train_stage(
     weights = _state_bytes(st, lay, p_bytes + fp8_cache, lay.zero_stage >= 3)
     grads = _state_bytes(st, lay, g_bytes, lay.zero_stage >= 2)
     optimizer = _state_bytes(st, lay, opt_per_param, lay.zero_stage >= 1)
+    if lay.lora_rank:  # frozen weights: gradients and optimizer states of the adapters only
+        adapters = stage_adapter_params(model, lay, len(st.layers))
+        weights += adapters * p_bytes / (lay.shard_degree if lay.zero_stage >= 3 else 1)
+        grads = adapters * g_bytes / (lay.shard_degree if lay.zero_stage >= 2 else 1)
+        optimizer = adapters * opt_per_param / (lay.shard_degree if lay.zero_stage >= 1 else 1)
     gathers = lay.zero_stage >= 3 or lay.offload_params
     buffers = st.largest_unit_params * (
         (bytes_per(ACTIVATION_DTYPE) if gathers else 0.0)

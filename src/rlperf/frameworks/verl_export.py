@@ -241,6 +241,10 @@ def _layout(role: str, lay: TrainLayout, out: _Out) -> None:
         out.set(f"{base}.{tok_k}", lay.max_tokens_per_microbatch)
     out.set(f"{base}.{micro_k}", lay.micro_batch_size)
     _forward_micro(role, lay, out)
+    if role in TRAINED and lay.lora_rank:
+        out.set(f"{ROLE_MODEL[role]}.lora_rank", lay.lora_rank)
+    elif lay.lora_rank:
+        out.missing.append(f"{role}: LoRA on a forward-only role (verl's reference is the base model)")
     # actor, reference (and rollout) share actor_rollout_ref.model; the actor's setting is written.
     if role != "ref":
         out.set(f"{ROLE_MODEL[role]}.use_remove_padding", lay.packing)

@@ -127,6 +127,7 @@ class _Importer:
     def __init__(self, r: KeyReader, gpu: str, mean_response_tokens: float | None, recipe: str | None = None) -> None:
         self.recipe_hint = recipe
         self.recipe = "main"
+        self.models: dict[str, str] = {}
         self.r = r
         self.rec = r.rec
         self.gpu = gpu
@@ -146,6 +147,7 @@ class _Importer:
         recipe = self.recipe = self._recipe()
         model = catalog_model("actor_rollout_ref.model.path", self._required("actor_rollout_ref.model.path"), self.rec)
         algorithm = self._algorithm(model)
+        self.models = {"actor": model, "critic": algorithm.get("critic_model") or model}
         roles = self._roles(algorithm["name"], algorithm.get("kl"), algorithm["reward"]["kind"] == "model")
         cluster, placement, train_gpus, rollout_gpus = self._cluster(recipe)
         workload, minibatches = self._batches(recipe)
@@ -357,6 +359,8 @@ class _Importer:
         self.rec.map(strategy_key, strategy, "FSDP = ZeRO-3" if strategy != "megatron" else "Megatron-Core")
         lay = self._megatron(role) if strategy == "megatron" else self._fsdp(role)
         lay.update(self._micro(role))
+        if role in ("actor", "critic"):
+            lay["lora_rank"] = self._lora(role)
         rp_key = f"{ROLE_MODEL[role]}.use_remove_padding"
         lay["packing"] = as_bool(rp_key, self.r.get(rp_key, DEFAULTS.get(rp_key, False)))
         self.rec.map(rp_key, lay["packing"], "packed sequences" if lay["packing"] else "padded micro-batches (computes on padding)")
@@ -382,6 +386,26 @@ class _Importer:
             self.rec.map(policy_key, on, "FSDP2 CPU offload of params and optimizer" if on else "no CPU offload")
             lay.update(offload_params=on, offload_optimizer=on)
         return lay
+
+    def _lora(self, role: str) -> int:
+        """``model.lora_rank`` of a trained role: adapters on every linear layer, the base frozen
+        (rlperf.cost.lora); MoE and MLA models keep full fine-tuning and list the key."""
+        from rlperf.catalog import load_model
+        from rlperf.cost.lora import adapter_params_per_layer
+
+        key = f"{ROLE_MODEL[role]}.lora_rank"
+        if not self.r.has(key):
+            return 0
+        rank = as_int(key, self.r.get(key, None), lo=0)
+        if rank:
+            model = self.models.get(role, self.models["actor"])
+            try:
+                adapter_params_per_layer(load_model(model), rank)
+            except SpecError as err:
+                self.rec.unsupported_key(key, rank, f"{err.problem}: costed as full fine-tuning")
+                return 0
+        self.rec.map(key, rank, f"{role} LoRA rank (frozen base weights)" if rank else "full fine-tuning")
+        return rank
 
     def _role_offload(self, role: str, prefix: str, keys: tuple[str, ...]) -> dict[str, Any]:
         """Offload switches of one role. A trained role (actor, critic) moves its states to host

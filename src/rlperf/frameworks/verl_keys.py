@@ -139,7 +139,7 @@ UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
     ("*.entropy_from_logits_with_chunking", "logit memory is modelled unchunked", (False,)),
     ("*.entropy_checkpointing", "logit memory is modelled without checkpointing", (False,)),
     ("*.enable_activation_offload", "activation offload is not modelled", (False,)),
-    ("*.lora_rank", "LoRA is not modelled (full fine-tuning is costed)", (0,)),
+    ("*.lora_rank", "LoRA of this role is not modelled (full fine-tuning is costed)", (0,)),
     ("*.fsdp_config.fsdp_size", "HSDP is not modelled: FSDP shards over all GPUs of the pool", (-1, None)),
     ("*.fsdp_config.reshard_after_forward", "FSDP is costed as full sharding (ZeRO-3)", (True,)),
     ("*.fsdp_config.forward_prefetch", "prefetch overlap is not modelled separately", (False,)),

@@ -60,6 +60,9 @@ class TrainLayout(Spec):
     packing: bool = True
     offload_params: bool = False
     offload_optimizer: bool = False
+    # LoRA adapters of this rank on every linear layer, the model's weights frozen (verl
+    # lora_rank, OpenRLHF --lora_rank); 0: full fine-tuning (rlperf.cost.lora)
+    lora_rank: int = Field(default=0, ge=0, le=65536)
     param_dtype: str = "bf16"
     grad_dtype: str = "fp32"  # gradient reduction dtype (verl FSDP reduces in fp32)
     # dtype of the weight GEMMs: fp8 = Transformer Engine / Megatron FP8 training (GEMMs at the

@@ -75,6 +75,7 @@ from typing import Literal
 
 import numpy as np
 
+from rlperf.cost.lora import stage_adapter_params
 from rlperf.cost.collectives import (
     CollectiveCost,
     CommGroup,
@@ -267,6 +268,8 @@ class LayoutCosts:
                             for x in (sh.gemm_weights, sh.gemm_rows_per_token, sh.gemm_counts))
             for sh in self.shards
         }
+        # LoRA adapters per device of each stage (0 without LoRA: rlperf.cost.lora)
+        self._adapters = {sh.stage: stage_adapter_params(model, layout, sh.num_layers) for sh in self.shards}
         self._attention_roof = ceilings(cluster, COMPUTE_DTYPE, "attention")
         self._elementwise_roof = ceilings(cluster, COMPUTE_DTYPE, "elementwise")
         self._host_per_layer_s = cluster.profile.train_layer_overhead_s(layout.backend)
@@ -286,6 +289,7 @@ class LayoutCosts:
         cl, t = self.cluster, self._tokens(mb)
         weights = shard.params * _C
         lin = self._linear(shard, t, 1, weights + shard.matmul_io_per_token * t * _C)
+        lin = self._with_adapters(shard, lin, t, 2.0)
         attn = self._attention(shard, mb, backward=False)
         elem = self._elementwise(shard, t, LOGIT_PASSES_FORWARD, 1)
         body = lin.time_s + attn.time_s + elem.time_s
@@ -304,8 +308,10 @@ class LayoutCosts:
         first); ``fwd`` is their forward."""
         cl, t, lay = self.cluster, self._tokens(mb), self.layout
         g = bytes_per(lay.grad_dtype)
-        weights = shard.params * (_C + 2 * g)  # read weights for dgrad; accumulate weight grads
-        lin = self._linear(shard, t, 2, weights + 2 * shard.matmul_io_per_token * t * _C)
+        frozen = self._adapters[shard.stage] > 0  # LoRA: no weight gradients for the base weights
+        weights = shard.params * (_C + (0 if frozen else 2 * g))  # read weights for dgrad; accumulate weight grads
+        lin = self._linear(shard, t, 1 if frozen else 2, weights + (1 if frozen else 2) * shard.matmul_io_per_token * t * _C)
+        lin = self._with_adapters(shard, lin, t, 4.0)
         attn_f = self._attention(shard, mb, backward=False)
         attn = self._attention(shard, mb, backward=True)
         elem = self._elementwise(shard, t, LOGIT_PASSES_BACKWARD, 2)
@@ -347,6 +353,15 @@ class LayoutCosts:
         work = 2 * w * rows_per_token * t[None, :]  # (gemm, micro-batch)
         compute_s = passes * (count * work / matmul_size_factor(self.cluster.profile, work)).sum(axis=0) / self._matmul[0]
         return Roof(flops, num_bytes, np.maximum(compute_s, num_bytes / self._matmul[1]))
+
+    def _with_adapters(self, shard: StageShard, lin: Roof, t: np.ndarray, flops_per_param: float) -> Roof:
+        """``lin`` plus the LoRA adapters' GEMMs (``flops_per_param`` FLOPs per adapter parameter
+        and token: 2 forward, 4 backward; rlperf.cost.lora), at the large-GEMM rate."""
+        adapters = self._adapters[shard.stage]
+        if not adapters:
+            return lin
+        flops = flops_per_param * adapters * t
+        return Roof(lin.flops + flops, lin.bytes, lin.time_s + flops / self._matmul[0])
 
     def _elementwise(self, shard: StageShard, t: np.ndarray, logit_passes: int, layer_factor: int) -> Roof:
         """Memory-bound kernels: the layers' norms, residual adds, rotary and activation
@@ -450,6 +465,14 @@ class LayoutCosts:
         lay = self.layout
         return shard.dense_params / lay.shard_degree + shard.expert_params / lay.expert_shard_degree
 
+    def trained_params(self, shard: StageShard) -> float:
+        """Parameters of ``shard`` the optimizer updates on one device: all of them, ZeRO-sharded
+        from stage 1 (:meth:`resident_params`), or the LoRA adapters only."""
+        lay, adapters = self.layout, self._adapters[shard.stage]
+        if adapters:
+            return adapters / (lay.shard_degree if lay.zero_stage >= 1 else 1)
+        return self.resident_params(shard) if lay.zero_stage >= 1 else shard.params
+
     def weight_gather(self, shard: StageShard, compute_s: np.ndarray) -> Exposed:
         """ZeRO-3 all-gather (and/or CPU-offload upload) of the stage's weights for one pass of
         each micro-batch (``compute_s``: that pass's compute)."""
@@ -491,6 +514,9 @@ class LayoutCosts:
                 t += on_device * bytes_per(lay.param_dtype) / pcie
         elif kind == "param_gather":
             ops = self._gathers(shard, all_gather, bytes_per(lay.param_dtype))
+        elif self._adapters[shard.stage]:  # LoRA: only the adapters have gradients
+            fn = reduce_scatter if kind == "reduce_scatter" else all_reduce
+            ops = [fn(self.cluster, self._adapters[shard.stage] * g, self.shard_group)]
         else:
             ops = self._gathers(shard, reduce_scatter if kind == "reduce_scatter" else all_reduce, g)
             if lay.offload_params or lay.offload_optimizer:

@@ -229,7 +229,7 @@ def _pipeline(
 def _optimizer(costs: LayoutCosts, shard: StageShard, cpu_adam_params_per_s: float | None) -> tuple[float, float]:
     """(time, device work) of the optimizer step on one device of ``shard``'s stage."""
     lay, cl = costs.layout, costs.cluster
-    local = costs.resident_params(shard) if lay.zero_stage >= 1 else shard.params
+    local = costs.trained_params(shard)
     if lay.offload_optimizer:
         assert cpu_adam_params_per_s
         upload = local * bytes_per(lay.param_dtype) / cl.accelerator.pcie_bandwidth_bytes_per_s

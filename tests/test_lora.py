@@ -1,0 +1,64 @@
+"""LoRA adapters (rlperf.cost.lora): parameter counts, memory and step FLOPs in closed form."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlperf.catalog import load_model
+from rlperf.cost.lora import adapter_params_per_layer, stage_adapter_params
+from rlperf.cost.memory import train_memory
+from rlperf.errors import SpecError
+from rlperf.specs.hardware_catalog import make_cluster
+from rlperf.specs.parallel import TrainLayout
+from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes
+
+QWEN3B = load_model("Qwen2.5-3B")
+
+
+def test_adapter_count_matches_peft_all_linear() -> None:
+    """Qwen2.5-3B (d 2048, q 2048, kv 256, MLP 11008, 36 layers), r = 16: peft's all-linear
+    adapters r(d_in + d_out) summed: 16 x (12800 + 39168) x 36 = 29,933,568."""
+    assert adapter_params_per_layer(QWEN3B, 16) * QWEN3B.num_layers == 29_933_568
+    lay = TrainLayout(lora_rank=16, tp=2)
+    # tp 2: each column-parallel A stays whole, B halves; row-parallel the reverse
+    d, q, kv, f = 2048, 2048, 256, 11008
+    per_layer = 16 * ((d + q / 2) + 2 * (d + kv / 2) + (q / 2 + d) + 2 * (d + f / 2) + (f / 2 + d))
+    assert stage_adapter_params(QWEN3B, lay, 36) == pytest.approx(36 * per_layer)
+    assert stage_adapter_params(QWEN3B, TrainLayout(), 36) == 0
+
+
+def test_moe_and_mla_refused_by_name() -> None:
+    with pytest.raises(SpecError, match="lora_rank"):
+        adapter_params_per_layer(load_model("Qwen3-30B-A3B"), 8)
+
+
+def test_memory_keeps_frozen_weights_and_adapter_states() -> None:
+    full = train_memory(QWEN3B, TrainLayout(dp=8, zero_stage=3), 4096)
+    lora = train_memory(QWEN3B, TrainLayout(dp=8, zero_stage=3, lora_rank=16), 4096)
+    adapters = 29_933_568
+    # weights: the base (as before) + the adapters' bf16 copy; grads fp32 and Adam fp32
+    # master + 2 moments over the adapters only, all sharded over the 8 ranks
+    assert lora.weights_bytes == pytest.approx(full.weights_bytes + adapters * 2 / 8)
+    assert lora.grads_bytes == pytest.approx(adapters * 4 / 8)
+    assert lora.optimizer_bytes == pytest.approx(adapters * 12 / 8)
+    assert lora.activations_bytes == full.activations_bytes
+
+
+def test_step_flops_drop_the_base_weight_gradients() -> None:
+    """Per token: forward 2P + 2A; backward 2P (data gradients) + 4A, instead of 4P."""
+    cluster = make_cluster("H100", num_gpus=8)
+    shapes = MicroBatchShapes.single(np.array([1024.0, 2048.0]))
+    full = LayoutCosts(QWEN3B, cluster, TrainLayout(dp=8, recompute="none"))
+    lora = LayoutCosts(QWEN3B, cluster, TrainLayout(dp=8, recompute="none", lora_rank=16))
+    shard_f, shard_l = full.shards[0], lora.shards[0]
+    t = shapes.tokens
+    a = 29_933_568
+    p = shard_f.matmul_params_per_token
+    fwd_f, fwd_l = full.forward(shard_f, shapes), lora.forward(shard_l, shapes)
+    assert np.allclose(fwd_l.flops - fwd_f.flops, 2 * a * t)
+    bwd_f, bwd_l = full.backward(shard_f, shapes, fwd_f), lora.backward(shard_l, shapes, fwd_l)
+    assert np.allclose(bwd_f.flops - bwd_l.flops, 2 * p * t - 4 * a * t)
+    # the optimizer updates the adapters only (ZeRO-sharded)
+    assert lora.trained_params(shard_l) == pytest.approx(a / 8)
+    assert full.trained_params(shard_f) == pytest.approx(full.resident_params(shard_f))

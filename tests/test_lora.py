@@ -62,3 +62,18 @@ def test_step_flops_drop_the_base_weight_gradients() -> None:
     # the optimizer updates the adapters only (ZeRO-sharded)
     assert lora.trained_params(shard_l) == pytest.approx(a / 8)
     assert full.trained_params(shard_f) == pytest.approx(full.resident_params(shard_f))
+
+
+def test_planner_and_default_plans_keep_the_runs_lora() -> None:
+    """LoRA is what the run trains, not a layout choice: candidate and default plans keep it."""
+    from rlperf.frameworks.default_plan import build_default_plan
+    from rlperf.frameworks.presets import get_framework
+    from rlperf.plan.space import train_layouts
+    from rlperf.scenario import ScenarioSpec, resolve
+
+    spec = ScenarioSpec.model_validate({
+        "model": "Qwen2.5-3B", "cluster": {"gpu": "H100", "num_nodes": 1, "gpus_per_node": 8},
+        "workload": {"preset": "deepscaler-8k"}, "plan": {"layouts": {"actor": {"lora_rank": 8}}},
+    })
+    assert {lay.lora_rank for lay in train_layouts(resolve(spec))} == {8}
+    assert build_default_plan(get_framework("verl"), spec).plan.layout_for("actor").lora_rank == 8

@@ -76,7 +76,9 @@ def build_default_plan(preset: FrameworkPreset, spec: ScenarioSpec) -> DefaultPl
     mp = layout.tp * layout.pp * layout.cp
     if train_gpus % mp:
         notes.append(f"{train_gpus % mp} of the {train_gpus} training GPUs are left idle by tp·pp·cp = {mp}")
-    layout = layout.model_copy(update={"dp": max(1, train_gpus // mp)})
+    # LoRA is what the run trains, not a layout choice: the default plan keeps the scenario's rank
+    lora = spec.plan.layout_for("actor").lora_rank
+    layout = layout.model_copy(update={"dp": max(1, train_gpus // mp), "lora_rank": lora})
     engine = EngineLayout(
         tp=engine_tp,
         replicas=max(1, rollout_gpus // engine_tp),

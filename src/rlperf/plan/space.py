@@ -144,6 +144,7 @@ def train_layouts(sc: Scenario) -> list[TrainLayout]:
     ep = 1
     if model.moe is not None:
         ep = max(e for e in (8, 4, 2, 1) if model.moe.num_experts % e == 0 and e <= node)
+    lora = sc.spec.plan.layout_for("actor").lora_rank
     out = []
     for tp in (1, 2, 4, 8):
         for pp in pps:
@@ -151,8 +152,9 @@ def train_layouts(sc: Scenario) -> list[TrainLayout]:
                 if tp * cp > node:
                     continue
                 budget = max(16384, _next_pow2(-(-max_seq // cp)))
+                # lora_rank: what the run trains (the scenario's), not a layout choice
                 lay = TrainLayout(tp=tp, pp=pp, cp=cp, cp_kind="ulysses", ep=1, zero_stage=3, recompute="full",
-                                  max_tokens_per_microbatch=budget, sequence_parallel=tp > 1)
+                                  max_tokens_per_microbatch=budget, sequence_parallel=tp > 1, lora_rank=lora)
                 try:
                     check_train_layout(model, lay)
                 except SpecError:

@@ -64,3 +64,13 @@ def test_compare_without_a_profile_for_local_is_a_one_line_error(tmp_path: Path,
     assert ex.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: gpu:") and "\n" not in err
+
+
+def test_measure_name_cannot_escape_out(tmp_path: Path) -> None:
+    """A scenario name ``../../x`` is made a file name: measure writes inside --out only."""
+    scen = tmp_path / "sc.yaml"
+    scen.write_text(yaml.safe_dump({**TINY, "name": "../../evil"}))
+    out = tmp_path / "a" / "b" / "out"
+    main(["measure", str(scen), "--device", "cpu", "--repeats", "1", "--out", str(out)])
+    written = sorted(p for p in tmp_path.rglob("*") if p.is_file() and p != scen)
+    assert [p.parent for p in written] == [out, out] and all(p.name.startswith("evil.") for p in written)

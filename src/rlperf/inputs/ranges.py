@@ -81,7 +81,7 @@ GPUS_PER_NODE = Quantity("GPUs per node", 1, 144, "a scale-up domain: 8 (HGX) to
                          warn_above=72)
 GPUS = Quantity("GPUs", 1, 131_072, "the largest training clusters hold ~100k GPUs; simulating 131k takes seconds",
                warn_above=32_768)
-PARALLEL = Quantity("ways", 1, 16_384, "a parallel degree never exceeds the GPUs of a large cluster")
+PARALLEL = Quantity("(a parallel degree)", 1, 16_384, "a parallel degree never exceeds the GPUs of a large cluster")
 # ---------------------------------------------------------------------------- counts of work
 PROMPTS = Quantity("prompts per step", 1, 65_536, "published RL batches: 32 to 8,192 prompts per step",
                    warn_above=16_384)
@@ -90,6 +90,7 @@ RESPONSES = Quantity("responses per step", 1, 524_288, "published RL steps: up t
 GROUP_SIZE = Quantity("responses per prompt", 1, 4_096, "GRPO groups: 4 to 64; the largest published: 512",
                       warn_above=512)
 TOKENS = Quantity("tokens", 1, 4_194_304, "the longest context windows: 1M to 4M tokens", warn_above=1_048_576)
+SEQUENCES = Quantity("sequences", 1, 1_048_576, "sequences per micro-batch or engine step: 1 to a few thousand")
 EPOCHS = Quantity("epochs", 1, 1_000, "PPO reuses a batch 1 to 4 times; more over-fits it", warn_above=16)
 MINIBATCHES = Quantity("mini-batches", 1, 1_048_576, "optimizer updates per epoch, at most one per response")
 ITERATIONS = Quantity("iterations", 1, 10_000, "a simulation needs a few steps to reach steady state",
@@ -124,6 +125,7 @@ NumPrompts = Annotated[int, AfterValidator(PROMPTS.check)]
 GroupSize = Annotated[int, AfterValidator(GROUP_SIZE.check)]
 NumTokens = Annotated[int, AfterValidator(TOKENS.check)]
 TokensF = Annotated[float, Field(gt=0, le=TOKENS.hi)]  # a median may be below one token
+NumSequences = Annotated[int, AfterValidator(SEQUENCES.check)]
 NumEpochs = Annotated[int, AfterValidator(EPOCHS.check)]
 NumMinibatches = Annotated[int, AfterValidator(MINIBATCHES.check)]
 NumIterations = Annotated[int, AfterValidator(ITERATIONS.check)]

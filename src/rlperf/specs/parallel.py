@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from rlperf.inputs.ranges import Degree, NumGpus, NumSequences, NumTokens
 from rlperf.errors import SpecError
 from rlperf.specs.base import Spec
 from rlperf.specs.model import ModelSpec
@@ -36,25 +37,25 @@ class TrainLayout(Spec):
 
     # In a plan, dp is derived from the GPUs of the model's pool (dp = gpus / (tp·pp·cp)); ep must
     # then divide dp·cp (checked where dp is known: rlperf.sim.costs).
-    dp: int = Field(default=1, gt=0)
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    cp: int = Field(default=1, gt=0)  # context/sequence parallel degree over the sequence
+    dp: Degree = 1
+    tp: Degree = 1
+    pp: Degree = 1
+    cp: Degree = 1  # context/sequence parallel degree over the sequence
     cp_kind: ContextParallel = "ring"  # ring attention (Megatron CP) or Ulysses all-to-all (verl/DeepSpeed)
-    ep: int = Field(default=1, gt=0)  # expert parallel degree (ep x etp divides dp*cp*tp)
+    ep: Degree = 1  # expert parallel degree (ep x etp divides dp*cp*tp)
     # expert tensor parallel degree (Megatron expert_tensor_parallel_size); None: tp
-    etp: int | None = Field(default=None, gt=0)
+    etp: Degree | None = None
     sequence_parallel: bool = True  # Megatron SP on the TP group (activations sharded by tp)
     zero_stage: ZeroStage = 3
     pp_schedule: PipelineSchedule = "1f1b"
-    virtual_stages: int = Field(default=1, gt=0)  # model chunks per pp rank (interleaved)
+    virtual_stages: Degree = 1  # model chunks per pp rank (interleaved)
     recompute: Recompute = "full"
-    micro_batch_size: int = Field(default=1, gt=0)  # sequences per micro-batch (when no token budget)
-    max_tokens_per_microbatch: int | None = Field(default=None, gt=0)  # dynamic batching / packing
+    micro_batch_size: NumSequences = 1  # sequences per micro-batch (when no token budget)
+    max_tokens_per_microbatch: NumTokens | None = None  # dynamic batching / packing
     # Forward-only passes (old/ref log-probs, values) may cut larger micro-batches than training
     # (verl log_prob_micro_batch_size_per_gpu / log_prob_max_token_len_per_gpu); None: as training.
-    forward_micro_batch_size: int | None = Field(default=None, gt=0)
-    forward_max_tokens_per_microbatch: int | None = Field(default=None, gt=0)
+    forward_micro_batch_size: NumSequences | None = None
+    forward_max_tokens_per_microbatch: NumTokens | None = None
     # sequences of a micro-batch packed without padding (verl use_remove_padding, OpenRLHF
     # --packing_samples); False: each is padded to the micro-batch's longest (HF eager batches)
     packing: bool = True
@@ -129,13 +130,13 @@ class TrainLayout(Spec):
 class EngineLayout(Spec):
     """Layout of a rollout (generation) engine: ``replicas`` independent engines of tp x pp GPUs."""
 
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    ep: int = Field(default=1, gt=0)  # expert parallel inside one engine (uses its tp*pp GPUs)
-    replicas: int = Field(default=1, gt=0)
+    tp: Degree = 1
+    pp: Degree = 1
+    ep: Degree = 1  # expert parallel inside one engine (uses its tp*pp GPUs)
+    replicas: NumGpus = 1  # engines: at most one per GPU
     gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1)  # vLLM: weights + KV + activations
-    max_num_seqs: int = Field(default=256, gt=0)
-    max_num_batched_tokens: int = Field(default=8192, gt=0)  # chunked-prefill token budget per step
+    max_num_seqs: NumSequences = 256
+    max_num_batched_tokens: NumTokens = 8192  # chunked-prefill token budget per step
     prefix_sharing: bool = True  # a prompt's KV is computed once and shared by its group's samples
     # continuous: vLLM/SGLang (free slots are refilled every step, chunked prefill, preemption);
     # static: fixed batches of max_num_seqs requests in dispatch order, prompts padded to the

@@ -241,9 +241,14 @@ class Streaming(Mode):
     as ``B·G`` responses have finished; the unfinished ones are interrupted at the weight
     update and resumed in the next call with the new weights (their KV re-prefilled). So there
     is no rollout tail: the engine's batch stays full across steps. Fresh requests wait for the
-    weights of ``⌈τ⌉`` updates back (``τ`` = ``staleness_threshold``); a resumed request keeps
+    weights of ``⌊τ⌋`` updates back (``τ`` = ``staleness_threshold``); a resumed request keeps
     the version it started with, so its staleness grows with the calls it spans (the
-    distribution in the results shows it; verl reports it the same way)."""
+    distribution in the results shows it). With ``τ < 1`` the fresh requests use the newest
+    weights and about a share ``τ`` of the trained responses are stale, which is verl's reading
+    of the threshold (the fraction of a batch generated ahead with older weights). Not
+    modelled: verl's rollouter also keeps generating that share while the trainer updates
+    (here the in-flight requests wait for the next call), so for ``0 < τ < 1`` the overlap of
+    rollout and training is underestimated."""
 
     def _label(self) -> str:
         return f"streaming τ={self.spec.staleness_threshold:g}"
@@ -298,5 +303,5 @@ def mode_of(spec: ExecutionMode) -> Mode:
         assert spec.token_budget is not None
         return PartialRollout(spec, spec.staleness, None, spec.token_budget)
     if spec.kind == "streaming":
-        return Streaming(spec, math.ceil(spec.staleness_threshold - 1e-12), None)
+        return Streaming(spec, math.floor(spec.staleness_threshold + 1e-12), None)
     return Sync(spec, 0, fusion)

@@ -172,7 +172,8 @@ def modes(sc: Scenario, split: bool, opts: SearchOptions) -> list[tuple[Executio
         out.append((ExecutionMode(kind="one_step_off"), "one-step-off"))
         if opts.max_staleness >= 2:
             out.append((ExecutionMode(kind="async", staleness=2), "async s=2"))
-            # Resumed requests keep their start version, so the lag of some exceeds ⌈τ⌉ = 1.
+            # Fresh requests use the newest weights (⌊τ⌋ = 0); resumed ones keep their start
+            # version, so about τ of the trained responses lag (some by more than one update).
             streaming = ExecutionMode(kind="streaming", staleness_threshold=0.5)
             out.append((streaming, "streaming τ=0.5"))
     if opts.allow_partial_rollout and opts.max_staleness >= 1 and rounds.allows_partial_rollout:

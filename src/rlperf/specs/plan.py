@@ -93,7 +93,7 @@ class ExecutionMode(Spec):
     # training takes a batch as soon as enough samples have finished, and at each weight update
     # the in-flight requests are interrupted and resumed with the new weights (KV re-prefilled).
     # ``staleness_threshold``: verl's fraction of a batch the rollout may run ahead of the
-    # trainer (0.5 = half a batch; versions are waited for in whole steps, ⌈threshold⌉).
+    # trainer (0.5 = half a batch in flight; fresh requests wait for ⌊threshold⌋ versions back).
     staleness_threshold: float = Field(default=0.0, ge=0.0, le=64.0)
     # In-flight weight updates (PipelineRL, slime): the new weights are pushed while the engine
     # keeps decoding; the transfer does not pause the rollout GPUs.

@@ -106,6 +106,16 @@ def test_verl_yaml_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
     assert_one_line_error(res, contains="aliases")
 
 
+def test_hydra_defaults_that_fan_out_are_refused_at_once(tmp_path: Path) -> None:
+    # Each level includes the next one 8 times: 8^7 files to compose before the depth limit.
+    for level in range(1, 8):
+        entries = "".join(f"  - l{level + 1}\n" for _ in range(8))
+        (tmp_path / f"l{level}.yaml").write_text(f"defaults:\n{entries}x{level}: 1\n")
+    (tmp_path / "l8.yaml").write_text("x8: 1\n")
+    top = write(tmp_path / "top.yaml", "defaults:\n  - l1\n  - _self_\ntrainer: {nnodes: 1, n_gpus_per_node: 8}\n")
+    assert_one_line_error(invoke(["import", "verl", str(top)], time_limit_s=10), contains="fan out")
+
+
 @pytest.mark.parametrize(
     ("path", "value", "field"),
     [

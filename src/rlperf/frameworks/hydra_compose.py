@@ -29,15 +29,33 @@ from rlperf.frameworks.config_tree import load_yaml_tree
 _DEPTH_LIMIT = 16
 
 
+_FILES_LIMIT = 1_000  # files composed for one configuration (verl's own: ~20)
+
+
+class _Budget:
+    """Files left to compose: a defaults list that fans out (each file including the next one
+    several times) would otherwise compose exponentially many files before the depth limit."""
+
+    def __init__(self, files: int) -> None:
+        self.left = files
+
+    def spend(self, path: Path) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise SpecError("defaults", f"{path}: composing more than {_FILES_LIMIT:,} files (defaults that fan out?)",
+                            f"at most {_FILES_LIMIT:,} composed files")
+
+
 def compose(path: str | Path) -> dict[str, Any]:
     """The configuration tree of a YAML file with its ``defaults:`` list composed."""
     p = Path(path)
-    return _compose(p, load_yaml_tree(p), _searchpath(p, load_yaml_tree(p)), 0)
+    return _compose(p, load_yaml_tree(p), _searchpath(p, load_yaml_tree(p)), 0, _Budget(_FILES_LIMIT))
 
 
-def _compose(path: Path, tree: Mapping[str, Any], search: list[Path], depth: int) -> dict[str, Any]:
+def _compose(path: Path, tree: Mapping[str, Any], search: list[Path], depth: int, budget: _Budget) -> dict[str, Any]:
     if depth > _DEPTH_LIMIT:
         raise SpecError("defaults", f"{path}: defaults nested deeper than {_DEPTH_LIMIT} (a cycle?)")
+    budget.spend(path)
     own = {k: v for k, v in tree.items() if k not in ("defaults", "hydra")}
     entries = tree.get("defaults") or []
     if not isinstance(entries, list):
@@ -53,7 +71,7 @@ def _compose(path: Path, tree: Mapping[str, Any], search: list[Path], depth: int
         if piece is None:
             continue
         file, package = piece
-        composed = _compose(file, load_yaml_tree(file), search, depth + 1)
+        composed = _compose(file, load_yaml_tree(file), search, depth + 1, budget)
         _merge(out, _at(package, composed))
     return out
 

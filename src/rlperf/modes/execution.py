@@ -283,13 +283,15 @@ class Streaming(Mode):
         return self.staleness + 2, 2
 
     def compose_step(self, parts: StepParts) -> float:
-        """As a pipelined loop, with the rollout's tail hidden (the engine's batch stays full)
-        and, with in-flight updates, the transfer off the rollout GPUs."""
+        """As a pipelined loop (``s = ⌊τ⌋``), with the rollout's tail hidden in every term (the
+        engine's batch stays full) and, with in-flight updates, the transfer off the rollout
+        GPUs."""
         s = self.effective_staleness(parts.shared_pool)
+        hidden = parts.rollout_tail_s + (0.0 if self.sync_pauses_engine or parts.shared_pool else parts.sync_s)
         if parts.shared_pool:
-            return parts.iteration_s
-        rollout = parts.rollout_side_s - parts.rollout_tail_s - (0.0 if self.sync_pauses_engine else parts.sync_s)
-        return max(rollout, parts.train_side_s, parts.iteration_s / (s + 1))
+            return parts.iteration_s - parts.rollout_tail_s
+        rollout = parts.rollout_side_s - hidden
+        return max(rollout, parts.train_side_s, (parts.iteration_s - hidden) / (s + 1))
 
 
 def mode_of(spec: ExecutionMode) -> Mode:

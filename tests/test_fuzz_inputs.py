@@ -225,6 +225,29 @@ def test_fuzz_verl_script(lines: list[str], suffix: str) -> None:
         check(invoke(["import", "verl", str(VERL), *lines], time_limit_s=20))  # the same as arguments
 
 
+HYDRA_ENTRY = st.one_of(
+    st.sampled_from(["a", "b", "c", "top", "_self_", "missing", "a@x", "g/a", "../a", "/etc/passwd"]),
+    st.dictionaries(st.sampled_from(["g", "override g", "optional g", "g@pkg"]), st.sampled_from(["a", "b", None, "zz"]),
+                    min_size=1, max_size=1),
+    LEAF,
+)
+
+
+@fuzz(20)
+@given(files=st.fixed_dictionaries({name: st.lists(HYDRA_ENTRY, max_size=6) for name in ("top", "a", "b", "c", "g/a", "g/b")}),
+       extra=VALUE)
+def test_fuzz_hydra_defaults(files: dict[str, list[Any]], extra: Any) -> None:
+    """Composed verl configs (``defaults:`` lists naming each other, groups, packages, cycles)."""
+    with workdir() as d:
+        (d / "g").mkdir()
+        for name, entries in files.items():
+            tree = {"defaults": entries, name.replace("/", "_"): {"v": extra}}
+            if name == "top":
+                tree.update(VERL_TREE)
+            (d / f"{name}.yaml").write_text(dump(tree))
+        check(invoke(["import", "verl", str(d / "top.yaml")], time_limit_s=20))
+
+
 # ------------------------------------------------------------------------------ OpenRLHF script
 
 OPENRLHF_OPTIONS = sorted({tok for tok in shlex.split(OPENRLHF.read_text(), comments=True) if tok.startswith("--")})

@@ -204,8 +204,10 @@ def test_vision_encoder_flops_match_flop_counter() -> None:
     """Qwen2.5-VL's vision tower on CPU over one 16 x 16-patch image: two window blocks
     (8 x 8-patch windows) and two full-attention blocks."""
     cfg = load_config("Qwen2.5-VL-3B-Instruct")
-    vision = {"depth": 4, "hidden_size": 64, "num_heads": 4, "intermediate_size": 96}
-    cfg = {**cfg, "num_hidden_layers": 1, "vision_config": {**cfg["vision_config"], **vision}}
+    vision = {"depth": 4, "hidden_size": 64, "num_heads": 4, "intermediate_size": 96, "out_hidden_size": 64}
+    text = {"num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 64, "vocab_size": 256}
+    text |= {"num_attention_heads": 2, "num_key_value_heads": 1, "rope_scaling": None}
+    cfg = {**cfg, **text, "vision_config": {**cfg["vision_config"], **vision}}
     cfg["vision_config"]["fullatt_block_indexes"] = [1, 3]
     spec = ModelSpec.from_hf_config(cfg, "qwen2.5-vl-small")
     assert spec.vision is not None

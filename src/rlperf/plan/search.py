@@ -231,8 +231,8 @@ def search(
        rest get the fast estimate and are simulated best estimate first, a batch at a time
        (one plan per worker), each batch tightening the incumbent and pruning again;
     4. it stops when nothing is left (the best is proven within the tolerance) or after
-       ``top_k`` simulations per GPU count that survived the first pruning (the rest are
-       reported as not proven).
+       ``top_k`` simulations per GPU count that can still win (recounted after each pruning;
+       the rest are reported as not proven).
     """
     opts = opts or SearchOptions()
     mapper = mapper or local_mapper()
@@ -305,7 +305,7 @@ def search(
         return min(ok, default=math.inf)
 
     simulate_batch(items)
-    budget = -1  # set after the first pruning: top_k per GPU count that still has a candidate
+    budget = 0
     batch_size = max(1, opts.sim_batch)
     pruned_terms: dict[str, int] = {}
     searched = 0
@@ -318,8 +318,9 @@ def search(
             if n.bound_obj * (1 + opts.tolerance) >= best:
                 pruned_terms[n.bound.term] = pruned_terms.get(n.bound.term, 0) + 1
         live = keep
-        if budget < 0:
-            budget = opts.top_k * len({n.gpus for n in live})
+        # top_k simulations per GPU count that can still win: recounted after every pruning
+        # (a GPU count whose plans the bound has all pruned no longer earns simulations).
+        budget = opts.top_k * len({n.gpus for n in live}) if live else budget
         if not live or searched >= budget:
             break
         # Best first: estimate in order of bound while a bound is below the best estimate so

@@ -106,6 +106,25 @@ def test_verl_yaml_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
     assert_one_line_error(res, contains="aliases")
 
 
+def doubling(levels: int, line: str) -> str:
+    return "A0=xxxxxxxxxxxxxxxx\n" + "".join(f'A{i}="$A{i - 1}$A{i - 1}"\n' for i in range(1, levels + 1)) + line + "\n"
+
+
+@pytest.mark.parametrize(
+    ("script", "contains"),
+    [
+        (doubling(40, "python3 -m verl.trainer.main_ppo trainer.nnodes=1 trainer.experiment_name=$A40"), "expands to over"),
+        (doubling(12, "python3 -m verl.trainer.main_ppo trainer.nnodes=1" + " x=$A12" * 40), "the command line"),
+        ("Y[999999999999]=1\npython3 -m verl.trainer.main_ppo trainer.nnodes=1\n", "array index"),
+        ("X=$((2**99999999999 * 9**9**9**9))\npython3 -m verl.trainer.main_ppo trainer.nnodes=$X\n", ""),
+    ],
+    ids=["variable-doubling", "command-line", "array-index", "arithmetic-power"],
+)
+def test_shell_script_bombs_are_refused_at_once(tmp_path: Path, script: str, contains: str) -> None:
+    sh = write(tmp_path / "run.sh", script)
+    assert_one_line_error(invoke(["import", "verl", str(sh)], time_limit_s=10), contains=contains)
+
+
 def test_hydra_defaults_that_fan_out_are_refused_at_once(tmp_path: Path) -> None:
     # Each level includes the next one 8 times: 8^7 files to compose before the depth limit.
     for level in range(1, 8):

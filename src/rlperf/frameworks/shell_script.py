@@ -388,8 +388,22 @@ _BINARY: dict[type[ast.operator], Callable[[int, int], int]] = {
     ast.Mult: operator.mul,
     ast.FloorDiv: operator.floordiv,
     ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
+    ast.Pow: lambda base, exp: pow(base, exp, 2**64) if exp >= 0 else 0,  # bash: 64-bit; 2**-1 is 0 there
 }
+_MAX_VALUE_CHARS = 1_000_000  # a variable's value (a script's longest real value: a few kB)
+_MAX_ARRAY_INDEX = 100_000
+
+
+def _int64(value: int) -> int:
+    """``value`` wrapped to a signed 64-bit integer, as bash computes (bounds the work too)."""
+    return (value + 2**63) % 2**64 - 2**63
+
+
+def _bounded(what: str, value: str) -> str:
+    if len(value) > _MAX_VALUE_CHARS:
+        raise SpecError("script", f"{what} expands to over {_MAX_VALUE_CHARS:,} characters",
+                        f"values up to {_MAX_VALUE_CHARS:,} characters")
+    return value
 
 
 def _arithmetic(expr: str, shell: _Shell) -> str:
@@ -411,15 +425,15 @@ def _arithmetic(expr: str, shell: _Shell) -> str:
 
 def _eval(node: ast.expr) -> int:
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
+        return _int64(node.value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         value = _eval(node.operand)
-        return -value if isinstance(node.op, ast.USub) else value
+        return _int64(-value if isinstance(node.op, ast.USub) else value)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = _eval(node.left), _eval(node.right)
         if isinstance(node.op, ast.FloorDiv):  # bash truncates toward zero
-            return int(left / right) if right else left // right
-        return _BINARY[type(node.op)](left, right)
+            return _int64(int(left / right) if right else left // right)
+        return _int64(_BINARY[type(node.op)](left, right))
     raise ValueError("not integer arithmetic")
 
 
@@ -485,7 +499,14 @@ def _command(words: list[_Word], shell: _Shell, is_entry: Callable[[str], bool],
             if not w.raw.startswith("-") and not _assign(w.raw, shell) and _NAME.fullmatch(w.raw) is None:
                 shell.warn(f"'{words[i].raw} {w.raw}' not understood")
         return None
-    tokens = [t for w in words[i:] for t in _expand(w.raw, shell)]
+    tokens: list[str] = []
+    size = 0
+    for w in words[i:]:
+        expanded = _expand(w.raw, shell)
+        tokens.extend(expanded)
+        size += sum(len(t) + 1 for t in expanded)
+        if size > _MAX_VALUE_CHARS:
+            _bounded("the command line", " ".join(tokens))
     for k, tok in enumerate(tokens):
         if tok in ("-m", "--module") and k + 1 < len(tokens) and is_entry(tokens[k + 1]):
             return Invocation(tokens[k + 1], tuple(tokens[k + 2 :]), words[0].line)
@@ -511,18 +532,21 @@ def _assign(raw: str, shell: _Shell) -> bool:
         old = shell.variables.get(name, [])
         base = (old if isinstance(old, list) else [old]) if append else []
         shell.variables[name] = base + items
+        _bounded(f"array {name}", " ".join(base + items))
         return True
-    value = "".join(_expand_quoted_word(rest, shell))
+    value = _bounded(f"variable {name}", "".join(_expand_quoted_word(rest, shell)))
     if index is not None:
         old = shell.variables.get(name, [])
         items = list(old) if isinstance(old, list) else [old]
         k = int(_arithmetic(index[1:-1], shell) or 0)
+        if not 0 <= k <= _MAX_ARRAY_INDEX:
+            raise SpecError("script", f"array index {name}[{k}]", f"0 to {_MAX_ARRAY_INDEX:,}")
         items.extend([""] * (k + 1 - len(items)))
         items[k] = value
         shell.variables[name] = items
         return True
     previous = _value(name, shell, warn=False) if append else ""
-    shell.variables[name] = (previous if isinstance(previous, str) else " ".join(previous)) + value
+    shell.variables[name] = _bounded(f"variable {name}", (previous if isinstance(previous, str) else " ".join(previous)) + value)
     return True
 
 

@@ -101,3 +101,13 @@ def test_stage_costs_from_the_cache_are_the_fresh_ones() -> None:
     AnalyticCosts(sc).forward("actor", seqs, 4, "ref_logprob")
     AnalyticCosts(sc).forward("actor", seqs + 1, 4, "old_logprob")
     assert len(costs_mod._STAGES) == 5
+
+
+def test_local_mapper_keeps_one_pool_and_the_order() -> None:
+    from rlperf.plan.search import LocalMapper
+
+    m = LocalMapper(2)
+    assert m(abs, [-3, 1, -2]) == [3, 1, 2]
+    pool = m._pool
+    assert pool is not None
+    assert m(abs, [-5, -6]) == [5, 6] and m._pool is pool

@@ -15,6 +15,7 @@ import dataclasses
 import math
 import os
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -141,24 +142,35 @@ def _with_timeline(sc: Scenario, e: PlanEvaluation) -> PlanEvaluation:
 Mapper = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
 
 
-def local_mapper(jobs: int | None = None) -> Mapper:
-    def run(fn, items):  # type: ignore[no-untyped-def]
-        n = jobs or os.cpu_count() or 1
-        if n <= 1 or len(items) <= 1:
+class LocalMapper:
+    """``map`` over a process pool on this machine, kept for the mapper's life: a branch and
+    bound maps several small batches, and a fresh pool per batch would pay the workers' start
+    (importing rlperf) each time and lose what they memoized (rollouts, stage costs)."""
+
+    def __init__(self, jobs: int | None = None) -> None:
+        self.jobs = jobs or os.cpu_count() or 1
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __call__(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        if self.jobs <= 1 or len(items) <= 1:
             return [fn(x) for x in items]
-        ex = ProcessPoolExecutor(max_workers=min(n, len(items)), initializer=_ignore_sigint)
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=_ignore_sigint)
+            weakref.finalize(self, self._pool.shutdown)
+        ex = self._pool
         try:
-            out = list(ex.map(fn, items))
+            return list(ex.map(fn, items))
         except BaseException:  # Ctrl-C (the workers ignore it): stop them now, not after their tasks
             procs = list((ex._processes or {}).values())
             for proc in procs:
                 proc.terminate()
             ex.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
             raise
-        ex.shutdown()
-        return out
 
-    return run
+
+def local_mapper(jobs: int | None = None) -> Mapper:
+    return LocalMapper(jobs)
 
 
 def _ignore_sigint() -> None:

@@ -225,6 +225,25 @@ def test_fuzz_verl_script(lines: list[str], suffix: str) -> None:
         check(invoke(["import", "verl", str(VERL), *lines], time_limit_s=20))  # the same as arguments
 
 
+SHELL_PIECES = ["A=1", "B=$A$A", 'C="${B}x"', "D=${UNSET:-8}", "E=$((A*2**62+7/0))", "F=(1 2 3)", "F[5]=x", "G+=$F",
+                "${F[@]}", "$((", "))", "'", '"', "\\", "$(echo hi)", "`x`", "if [ $A -gt 0 ]; then", "else", "fi", "for i in 1 2; do",
+                "done", "export H=$A", "bash -c 'python3 -m verl.trainer.main_ppo trainer.nnodes=$A'", "&&", "||", ";", "\n", "#",
+                "python3 -m verl.trainer.main_ppo", "trainer.nnodes=$A", "trainer.n_gpus_per_node=${D}", "data.train_batch_size=$E",
+                "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "$@", "$1", "${#F[@]}", "${A:?}", "~", "*"]
+
+
+@fuzz(30)
+@given(pieces=st.lists(st.one_of(st.sampled_from(SHELL_PIECES), st.text(alphabet=YAML_CHARS + "$(){}=;", max_size=8)),
+                       min_size=1, max_size=25))
+def test_fuzz_launch_script(pieces: list[str]) -> None:
+    """Bash launch scripts: variables, arrays, arithmetic, quoting, conditionals, ``bash -c``."""
+    with workdir() as d:
+        f = d / "run.sh"
+        f.write_text(" ".join(pieces) + "\npython3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen2.5-7B "
+                     + " ".join(pieces[-3:]) + "\n")
+        check(invoke(["import", "verl", str(f)], time_limit_s=20))
+
+
 HYDRA_ENTRY = st.one_of(
     st.sampled_from(["a", "b", "c", "top", "_self_", "missing", "a@x", "g/a", "../a", "/etc/passwd"]),
     st.dictionaries(st.sampled_from(["g", "override g", "optional g", "g@pkg"]), st.sampled_from(["a", "b", None, "zz"]),

@@ -469,6 +469,7 @@ def test_yaml_1_2_core_scalars(text: str, expected: Any) -> None:
     [
         ("yaml", "a: 1\na: 2\n", "duplicate key"),
         ("yaml", "&a [*a]", "recursive alias"),
+        ("yaml", "a: \x08", "not valid YAML"),  # a control character (found by the fuzz suite)
         ("yaml", "a: !!python/object/apply:os.system [echo]", "not valid YAML"),
         ("json", '{"a": 1, "a": 2}', "duplicate key"),
         ("json", '{"a": NaN}', "NaN"),

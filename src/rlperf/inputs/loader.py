@@ -190,7 +190,10 @@ def parse_yaml(text: str, source: str = "<text>") -> Any:
     """The data of one YAML document (YAML 1.2 core scalars, limits above); SpecError naming ``source``."""
     if len(text) > MAX_FILE_BYTES:
         raise SpecError("<root>", f"{len(text):,} characters", f"at most {MAX_FILE_BYTES:,}", source)
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # checks the characters first (a control character is a ReaderError)
+    except yaml.YAMLError as err:
+        raise SpecError("<root>", f"not valid YAML: {' '.join(str(err).split())[:200]}", source=source) from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -485,3 +485,19 @@ def test_loader_refusals_are_one_line(reader: str, text: str, contains: str) -> 
     with pytest.raises(SpecError) as ei:
         parse(text, "f")
     assert contains in str(ei.value) and "\n" not in str(ei.value) and str(ei.value).startswith("f:")
+
+
+def test_an_internal_error_is_one_line_with_its_own_exit_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlperf.scenario
+
+    def bug(*args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a bug, not a bad input")
+
+    monkeypatch.setattr(rlperf.scenario, "load_scenario", bug)
+    res = invoke(["simulate", str(write(tmp_path / "sc.yaml", small())), "--out", str(tmp_path / "out")])
+    assert res.code == 70 and "Traceback" not in res.err
+    assert res.err_lines == ["error: internal error (TypeError: a bug, not a bad input); rerun with RLPERF_TRACEBACK=1 "
+                             "for the traceback and please report it"]
+    monkeypatch.setenv("RLPERF_TRACEBACK", "1")
+    with pytest.raises(TypeError):
+        invoke(["simulate", str(tmp_path / "sc.yaml"), "--out", str(tmp_path / "out")])

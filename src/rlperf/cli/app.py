@@ -6,6 +6,7 @@ one line and exit 2; Ctrl-C prints one line and exits 130.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from typing import NoReturn, TextIO
@@ -52,7 +53,8 @@ _shown: set[str] = set()
 def main(argv: list[str] | None = None) -> None:
     """Run the command line; every failure a user can cause ends in one line on stderr.
 
-    Exit codes: 0 done, 2 bad input (``error: ...``), 130 interrupted (Ctrl-C).
+    Exit codes: 0 done, 2 bad input (``error: ...``), 70 internal error (a bug: one line too; the
+    traceback with ``RLPERF_TRACEBACK=1``), 130 interrupted (Ctrl-C).
     """
     warnings.showwarning = _show_warning
     try:
@@ -93,7 +95,13 @@ def main(argv: list[str] | None = None) -> None:
                 raise SystemExit(2) from None
             if isinstance(err, getattr(exc, "Abort", ())):
                 _interrupted()
-        raise
+        if os.environ.get("RLPERF_TRACEBACK"):
+            raise
+        # A bug, not a bad input: one line still, with its own exit code (EX_SOFTWARE) so that
+        # scripts and the fuzz tests tell it from a refused input; the traceback on request.
+        print(f"error: internal error ({type(err).__name__}: {' '.join(str(err).split())[:300]}); "
+              "rerun with RLPERF_TRACEBACK=1 for the traceback and please report it", file=sys.stderr)
+        raise SystemExit(70) from None
     if code == 130:
         _interrupted()
     if isinstance(code, int) and code != 0:

@@ -11,7 +11,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from typing import IO
 from pathlib import Path
 
 import pytest
@@ -20,18 +22,35 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def interrupt(args: list[str], tmp_path: Path, after_s: float, wait_for: str | None = None) -> tuple[int, str]:
+    """Run ``rlperf args``; Ctrl-C it ``after_s`` seconds after start, or after the first stderr
+    line matching ``wait_for`` (so the interrupt lands in the work, however fast the machine)."""
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "COLUMNS": "120"}
     proc = subprocess.Popen([sys.executable, "-c", "from rlperf.cli.app import main; main()", *args], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stderr is not None
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read(stream: IO[str]) -> None:
+        for line in stream:
+            lines.append(line)
+            if wait_for is None or re.search(wait_for, line):
+                seen.set()
+
+    reader = threading.Thread(target=read, args=(proc.stderr,), daemon=True)
+    reader.start()
+    if wait_for is not None:
+        assert seen.wait(timeout=120), f"never printed {wait_for!r}: {''.join(lines)[-2000:]}"
     time.sleep(after_s)
-    assert proc.poll() is None, f"finished before the interrupt: {proc.stderr.read() if proc.stderr else ''}"
+    assert proc.poll() is None, f"finished before the interrupt: {''.join(lines)[-2000:]}"
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
     try:
-        _, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail("did not stop within 60 s of Ctrl-C")
-    return proc.returncode, err
+    reader.join(timeout=10)
+    return proc.returncode, "".join(lines)
 
 
 RAY_LOG = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+(INFO|WARNING) ")  # Ray's own start-up lines
@@ -48,7 +67,8 @@ def assert_interrupted(code: int, err: str) -> None:
 
 
 def test_plan_ctrl_c(tmp_path: Path) -> None:
-    code, err = interrupt(["plan", "--report", str(tmp_path / "report"), "--jobs", "2"], tmp_path, after_s=6)
+    code, err = interrupt(["plan", "--report", str(tmp_path / "report"), "--jobs", "2"], tmp_path, after_s=1,
+                          wait_for=r"candidates")
     assert_interrupted(code, err)
     assert not (tmp_path / "report").exists() or not any((tmp_path / "report").iterdir())
 
@@ -67,5 +87,6 @@ def test_validate_ctrl_c(tmp_path: Path) -> None:
 
 def test_plan_ray_ctrl_c(tmp_path: Path) -> None:
     pytest.importorskip("ray")
-    code, err = interrupt(["plan", "--executor", "ray", "--report", str(tmp_path / "report")], tmp_path, after_s=25)
+    code, err = interrupt(["plan", "--executor", "ray", "--report", str(tmp_path / "report")], tmp_path, after_s=1,
+                          wait_for=r"Started a local Ray instance")
     assert_interrupted(code, err)

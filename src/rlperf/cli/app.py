@@ -110,6 +110,22 @@ def main(argv: list[str] | None = None) -> None:
 
 def _interrupted() -> NoReturn:
     print("error: interrupted (nothing written)", file=sys.stderr)
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        # A Ctrl-C reaches Ray's own processes too (one process group). Stop the local instance
+        # (its agents outlive the driver otherwise), without cancelling tasks first: cancelling
+        # raced their replies and crashed the driver's core-worker threads under load (a C++
+        # abort in TaskManager::CompletePendingTask), as did the interpreter's finalization
+        # afterwards (SIGSEGV). So leave without finalization: nothing is left to write, and the
+        # exit code stays 130.
+        try:
+            if ray.is_initialized():
+                ray.shutdown()
+        except Exception:  # a half-started instance: its processes got the same SIGINT
+            pass
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     raise SystemExit(130) from None
 
 

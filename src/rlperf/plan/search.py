@@ -190,13 +190,9 @@ def ray_mapper() -> Mapper:
             ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
         remote = ray.remote(fn)
         refs = [remote.remote(x) for x in items]
-        try:
-            return ray.get(refs)
-        except KeyboardInterrupt:  # stop the tasks and the local Ray instance before exiting
-            for ref in refs:
-                ray.cancel(ref, force=True)
-            ray.shutdown()
-            raise
+        # Ctrl-C propagates as KeyboardInterrupt; the CLI leaves at once (cli.app._interrupted)
+        # and the local instance, in the same process group, stops with the driver.
+        return ray.get(refs)
 
     return run
 

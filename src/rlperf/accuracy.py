@@ -102,6 +102,12 @@ class StepInterval:
     num_cases: int
     mean_range_tokens: tuple[float, float] | None = None  # assumed lengths: the implied means
 
+    @property
+    def label(self) -> str:
+        """How the range reads beside the point estimate: a model-error range, or the plan's time
+        at other (published runs') lengths, which need not contain the estimate."""
+        return "range" if self.basis == "stated" else "at published runs' lengths"
+
     def describe(self) -> str:
         pct = round(100 * (HIGH_Q - LOW_Q))
         if self.basis == "stated":

@@ -231,7 +231,7 @@ def _header(ans: PlanAnswer) -> str:
         r = ans.run
         facts.append(("run", f"{r.steps} steps: {r.hours:,.1f} h, {r.gpu_hours:,.0f} GPU-hours on {r.num_gpus} GPUs"
                              + (f", {r.cost_usd:,.0f} USD" if r.cost_usd is not None else "")
-                             + (f" (range {r.interval.low_s / 3600:,.1f} - {r.interval.high_s / 3600:,.1f} h)"
+                             + (f" ({r.interval.label} {r.interval.low_s / 3600:,.1f} - {r.interval.high_s / 3600:,.1f} h)"
                                 if math.isfinite(r.interval.low_s) else "")))
     if ans.sweep:
         facts.append(("length sweep", ", ".join(f"mean {p.mean_response_tokens:,.0f}: {fmt_s(p.step_time_s)}" for p in ans.sweep)))

@@ -131,6 +131,15 @@ def test_mean_parameterization_recovers_the_published_mean() -> None:
     assert LogNormalLength(mean_tokens=22386, sigma=1.0, cap_tokens=65536) == d
 
 
+def test_mean_near_the_cap_needs_a_median_past_the_cap() -> None:
+    # Found by the Hypothesis test below under CI: a valid mean close to the cap with a wide
+    # sigma needs an untruncated median far past any real length; the median is a parameter.
+    d = LogNormalLength.from_mean(87866.75, sigma=4.0, cap_tokens=100419)
+    assert d.median_tokens > 4_194_304
+    assert d.mean_tokens() == pytest.approx(87866.75, rel=1e-6)
+    assert d.fraction_at_cap() > 0.8
+
+
 def test_uniform_and_empirical_closed_forms() -> None:
     u = UniformLength(min_tokens=3, max_tokens=7)
     assert (u.mean_tokens(), u.fraction_at_cap(), u.quantile(0.2), u.quantile(0.21)) == (

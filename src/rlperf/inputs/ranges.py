@@ -124,7 +124,11 @@ Degree = Annotated[int, AfterValidator(PARALLEL.check)]
 NumPrompts = Annotated[int, AfterValidator(PROMPTS.check)]
 GroupSize = Annotated[int, AfterValidator(GROUP_SIZE.check)]
 NumTokens = Annotated[int, AfterValidator(TOKENS.check)]
-TokensF = Annotated[float, Field(gt=0, le=TOKENS.hi)]  # a median may be below one token
+# The median of an *untruncated* log-normal is a parameter, not a length: a mean close to the cap
+# with a wide sigma needs a median far past the cap (every draw above it is set to the cap), so it
+# is bounded only to stay finite. E.g. mean 0.999 x cap, sigma 4: median ~ cap x e^12.4.
+MEDIAN_PARAMETER_MAX_TOKENS = 1e15
+LogNormalMedianF = Annotated[float, Field(gt=0, le=MEDIAN_PARAMETER_MAX_TOKENS)]
 NumSequences = Annotated[int, AfterValidator(SEQUENCES.check)]
 NumEpochs = Annotated[int, AfterValidator(EPOCHS.check)]
 NumMinibatches = Annotated[int, AfterValidator(MINIBATCHES.check)]

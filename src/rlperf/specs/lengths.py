@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import Field, model_validator
 
-from rlperf.inputs.ranges import NumTokens, TokensF
+from rlperf.inputs.ranges import MEDIAN_PARAMETER_MAX_TOKENS, LogNormalMedianF, NumTokens
 from rlperf.errors import SpecError
 from rlperf.specs.base import Spec
 
@@ -173,8 +173,8 @@ class LogNormalLength(_LengthBase):
     """
 
     kind: Literal["lognormal"] = "lognormal"
-    median_tokens: TokensF
-    """Median of the untruncated log-normal, ``exp(mu)``, in tokens."""
+    median_tokens: LogNormalMedianF
+    """Median of the untruncated log-normal, ``exp(mu)``, in tokens (may lie past the cap)."""
     sigma: float = Field(gt=0, le=10)
     """Standard deviation of ``ln(length)`` before truncation."""
     cap_tokens: NumTokens
@@ -287,7 +287,15 @@ def _median_for_mean(mean: Any, sigma: Any, cap: Any) -> float:
             lo = mid
         else:
             hi = mid
-    return math.exp(0.5 * (lo + hi))
+    median = math.exp(0.5 * (lo + hi))
+    if median > MEDIAN_PARAMETER_MAX_TOKENS:
+        raise SpecError(
+            "mean_tokens",
+            f"{mean_f:g} under cap_tokens {cap_f:g} with sigma {sigma_f:g} puts almost every response at"
+            " the cap (a median past 1e15 tokens)",
+            "a lower mean or a smaller sigma",
+        )
+    return median
 
 
 def _number(x: Any) -> float | None:

@@ -68,6 +68,8 @@ def test_screen_has_the_best_plan_with_an_interval(screen: str) -> None:
     # as such (it need not contain the estimate, which assumes mean = cap/3).
     assert "per step (at published runs' lengths " in best
     assert "range: lengths assumed" in screen
+    gap = next(line for line in screen.splitlines() if line.startswith("distance to the bound:"))
+    assert "x its work-depth bound" in gap and "set by" in gap
 
 
 def test_screen_has_the_run_totals(screen: str) -> None:
@@ -156,6 +158,8 @@ def test_json_carries_every_piece(capsys: pytest.CaptureFixture[str]) -> None:
     assert d["run"]["steps"] == 10 and d["run"]["total_s"] == pytest.approx(10 * d["best"]["step_time_s"])
     assert {r["role"] for r in d["memory"]["best"]} >= {"rollout", "actor"}
     assert d["best"]["staleness_bound"] == Plan.model_validate(d["best"]["plan"]).mode.effective_staleness
+    gap = d["explanation"]["bound_gap"]  # what keeps the best plan from its bound, named
+    assert gap["ratio"] == pytest.approx(d["explanation"]["gap"]) and gap["terms"][0]["detail"] in gap["headline"]
 
 
 # ------------------------------------------------------------------ lengths as a stated input

@@ -166,6 +166,9 @@ def render_answer(ans: PlanAnswer) -> None:
     render_memory(f"memory per GPU of {hbm} HBM (peak micro-batch at the longest sequence)",
                   (("best", ans.memory), ("yours", yours)))
     if ans.explanation is not None:
+        gap = ans.explanation.bound_gap
+        if gap is not None:
+            console.print(f"[bold]distance to the bound:[/] {gap.headline()}", markup=True, highlight=False)
         console.print(f"[bold]best plan:[/] {ans.explanation.headline()}; what if (simulated):")
         for x in ans.explanation.what_ifs[:3]:
             got = (f"{fmt_s(x.step_time_s)} ({x.speedup:.2f}x, staleness {x.staleness_summary or x.staleness})" if x.step_time_s != float("inf")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from rlperf.errors import SpecError
 from rlperf.modes import GenerationRounds, mode_of
+from rlperf.plan.gap import BoundGap, bound_gap
 from rlperf.scenario import Scenario
 from rlperf.sim.result import SimResult
 from rlperf.specs.plan import ExecutionMode, Placement, Plan
@@ -37,6 +38,7 @@ class Explanation:
     lower_bound_s: float
     gap: float  # step time / lower bound
     what_ifs: tuple[WhatIf, ...]  # best first
+    bound_gap: BoundGap | None = None  # what keeps the step from the bound (rlperf.plan.gap)
 
     def headline(self) -> str:
         b = self.bottlenecks[0] if self.bottlenecks else None
@@ -134,7 +136,8 @@ def explain(
                               staleness_summary=r.staleness_distribution.summary()))
     whatifs.sort(key=lambda w: (-w.speedup, w.change))
     lb = result.bounds.lower_bound_s
-    return Explanation(bottlenecks(result), lb, result.step_time_s / lb if lb > 0 else float("inf"), tuple(whatifs))
+    return Explanation(bottlenecks(result), lb, result.step_time_s / lb if lb > 0 else float("inf"), tuple(whatifs),
+                       bound_gap(result))
 
 
 def simulate_plans(items: Sequence[tuple[Scenario, Plan]], mapper=None) -> list[SimResult | str]:  # type: ignore[no-untyped-def]

@@ -69,6 +69,12 @@ def search_json(res: PlanSearchResult, explanation: Explanation | None = None) -
                 for w in explanation.what_ifs
             ],
         }
+        g = explanation.bound_gap
+        if g is not None:
+            out["explanation"]["bound_gap"] = {
+                "headline": g.headline(), "ratio": _num(g.ratio), "bound_s": g.bound_s, "bound_term": g.bound_term,
+                "pool": g.pool, "terms": [{"kind": t.kind, "seconds": t.seconds, "detail": t.detail} for t in g.terms],
+            }
     return out
 
 

@@ -17,7 +17,9 @@ from rlperf.stages.pass_cost import (
     LayoutCosts,
     MicroBatchShapes,
 )
+from rlperf.stages.softmax import fused_softmax_available
 from rlperf.stages.train import train_step
+from rlperf.validate_train import gpt3_model
 
 MODEL = load_model("Qwen3-0.6B")  # 28 layers, 16 heads
 A100 = make_cluster("a100_80gb_sxm", num_gpus=8)
@@ -126,3 +128,47 @@ def test_vtrain_lut_points_within_a_fifth() -> None:
     for p, n, measured_s in ((2, 2**20, 44.2e-6), (8, 2**20, 92.8e-6), (8, 2**30, 8193.0e-6)):
         t = all_reduce(A100, float(n), group_for(A100, p)).time_s
         assert t / measured_s == pytest.approx(1.0, abs=0.2)
+
+
+def test_megatron_fused_softmax_conditions() -> None:
+    # (sequences, heads per rank, padded length) -> Megatron's is_kernel_available
+    cases = {
+        (1, 2, 1024): False,  # b x np = 2: not a multiple of 4 (vTrain's tp 8, micro-batch 1)
+        (2, 2, 1024): True,
+        (1, 4, 1024): True,
+        (1, 8, 4096): True,
+        (1, 8, 4100): False,  # sk > 4096
+        (1, 8, 1022): False,  # sk % 4
+        (1, 8, 16): False,  # sk <= 16
+        (1, 4, 64): False,  # sk 64: 8 batches per block (2 per warp, 4 warps)
+        (2, 4, 64): True,
+        (3, 4, 256): True,  # sk > 128: 4 per block
+    }
+    for (b, heads, sk), fused in cases.items():
+        got = fused_softmax_available("megatron", np.array([b]), heads, np.array([sk]))
+        assert bool(got[0]) is fused, (b, heads, sk)
+        assert fused_softmax_available("fsdp", np.array([b]), heads, np.array([sk]))[0]
+
+
+def test_softmax_fallback_adds_its_bytes_kernels_and_host_ops() -> None:
+    h, tp, s = 1e-3, 8, 1024
+    model = gpt3_model(1024, 16, 12, s)  # 16 heads: 2 per rank at tp 8
+    cl = _with(A100, megatron_layer_overhead_s=h)
+    lay = TrainLayout(tp=tp, micro_batch_size=1, zero_stage=0, backend="megatron", recompute="full",
+                      attention_kernel="unfused", packing=False)
+    fused = LayoutCosts(model, cl, lay.model_copy(update={"backend": "fsdp"}))
+    costs = LayoutCosts(model, cl, lay)
+    shard = costs.shards[0]
+    mb = MicroBatchShapes.of(microbatches_for(np.full(1, s), lay), padded=True)
+    scores = shard.num_layers * model.num_heads / tp * s * s
+    for backward, extra in ((False, 36 - 4), (True, 40 - 6)):
+        diff = costs._attention(shard, mb, backward).bytes[0] - fused._attention(shard, mb, backward).bytes[0]
+        assert diff == pytest.approx(extra * scores, rel=1e-12)
+    fwd = costs.forward(shard, mb)
+    units = model.num_layers + 2
+    kernels = costs._kernels(shard)  # the layer's overhead is spread over its kernels
+    assert fwd.host_s[0] == pytest.approx(units * h + 4 * model.num_layers * h * model.num_layers / kernels)
+    assert fwd.launch_s[0] == pytest.approx((kernels + 4 * model.num_layers) * cl.profile.kernel_launch_s)
+    # two sequences per micro-batch (b x np = 4) take the fused kernel: no extra host time
+    two = MicroBatchShapes.of(microbatches_for(np.full(2, s), lay.model_copy(update={"micro_batch_size": 2})), padded=True)
+    assert costs.forward(shard, two).host_s[0] == pytest.approx(units * h)

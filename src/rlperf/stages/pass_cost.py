@@ -95,6 +95,7 @@ from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import TrainLayout
 from rlperf.stages.microbatch import MicroBatches
 from rlperf.stages.shard import Head, StageShard, stage_shards
+from rlperf.stages.softmax import FALLBACK_BYTES, FALLBACK_EXTRA_KERNELS, FUSED_BYTES, fused_softmax_available
 
 COMPUTE_DTYPE = ACTIVATION_DTYPE  # mixed precision: matmuls and activations in bf16
 _C = bytes_per(COMPUTE_DTYPE)
@@ -120,37 +121,42 @@ class MicroBatchShapes:
 
     tokens: np.ndarray  # all sequences, before the cp split
     pairs: np.ndarray  # sum over sequences of L (L + 1) / 2 (per layer and head)
+    sequences: np.ndarray  # sequences in the micro-batch
+    longest: np.ndarray  # its longest sequence (the padded score matrix is longest x longest)
 
     @classmethod
     def of(cls, plan: MicroBatches, padded: bool = False) -> MicroBatchShapes:
         """Every micro-batch of ``plan``, in its order; ``padded``: each sequence as long as the
         micro-batch's longest ``L`` (``L`` tokens and ``L (L + 1) / 2`` causal pairs each)."""
         if plan.sizes.size == 0:
-            return cls(np.zeros(0, np.int64), np.zeros(0))
+            return cls(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        most = plan.microbatch_longest()
         if padded:
-            longest = plan.microbatch_longest().astype(np.float64)
-            return cls(plan.microbatch_tokens(padded=True), plan.sizes * longest * (longest + 1) / 2)
+            longest = most.astype(np.float64)
+            return cls(plan.microbatch_tokens(padded=True), plan.sizes * longest * (longest + 1) / 2, plan.sizes, most)
         lengths = plan.lengths.astype(np.float64)
         # Integer-valued pair counts: exact in float64 (and in any order) below 2^53.
-        return cls(plan.microbatch_tokens(), np.add.reduceat(lengths * (lengths + 1) / 2, plan.starts))
+        pairs = np.add.reduceat(lengths * (lengths + 1) / 2, plan.starts)
+        return cls(plan.microbatch_tokens(), pairs, plan.sizes, most)
 
     @classmethod
     def single(cls, seq_tokens: np.ndarray) -> MicroBatchShapes:
         """One micro-batch of the sequences ``seq_tokens``."""
         lengths = seq_tokens.astype(np.float64)
-        return cls(np.array([seq_tokens.sum()]), np.array([(lengths * (lengths + 1) / 2).sum()]))
+        return cls(np.array([seq_tokens.sum()]), np.array([(lengths * (lengths + 1) / 2).sum()]),
+                   np.array([seq_tokens.size]), np.array([seq_tokens.max()]))
 
 
 @dataclass(frozen=True)
 class PassCost:
     """One pass (forward, or backward incl. recompute) of each micro-batch on one device of a
-    stage (arrays, one entry per micro-batch; ``launch_s`` is the same for all)."""
+    stage (arrays, one entry per micro-batch)."""
 
     flops: np.ndarray
     hbm_bytes: np.ndarray
     body_s: np.ndarray  # roofline time of the kernels, no launch cost (what work counts)
-    launch_s: float  # kernel launches
-    host_s: float  # the backend's host time for the pass (layers x HardwareProfile.train_layer_overhead_s)
+    launch_s: np.ndarray  # kernel launches
+    host_s: np.ndarray  # the backend's host time for the pass (layers x HardwareProfile.train_layer_overhead_s)
     host_overlap: float | None  # HardwareProfile.host_overlap_exponent (None: max(host, device))
     attention_s: np.ndarray  # the attention part of body_s
     tp_s: np.ndarray
@@ -177,7 +183,7 @@ class PassCost:
         ``max(host, device) - device``, or with the profile's overlap exponent ``k`` the smooth
         maximum ``(host^k + device^k)^(1/k) - device``."""
         device = self.device_s
-        if self.host_s <= 0:
+        if not np.any(self.host_s > 0):
             return np.zeros(device.shape)
         if self.host_overlap is None:
             exposed: np.ndarray = np.maximum(0.0, self.host_s - device)
@@ -293,12 +299,12 @@ class LayoutCosts:
         attn = self._attention(shard, mb, backward=False)
         elem = self._elementwise(shard, t, LOGIT_PASSES_FORWARD, 1)
         body = lin.time_s + attn.time_s + elem.time_s
-        launch = shard.kernels * cl.profile.kernel_launch_s
+        launch, host = self._dispatch(shard, mb)
         comm = self._comm(shard, mb, attn.time_s, forward=True, tp_passes=1, ring_passes=1, a2a_passes=1)
         return PassCost(
             flops=lin.flops + attn.flops + elem.flops,
             hbm_bytes=lin.bytes + attn.bytes + elem.bytes,
-            body_s=body, launch_s=launch, host_s=self._host_units(shard) * self._host_per_layer_s,
+            body_s=body, launch_s=launch, host_s=host,
             host_overlap=cl.profile.host_overlap_exponent,
             attention_s=attn.time_s, **comm,
         )
@@ -318,8 +324,8 @@ class LayoutCosts:
         flops = lin.flops + attn.flops + elem.flops
         hbm = lin.bytes + attn.bytes + elem.bytes
         body = lin.time_s + attn.time_s + elem.time_s
-        launch = 2 * shard.kernels * cl.profile.kernel_launch_s
-        host = self._host_units(shard) * self._host_per_layer_s
+        launch, host = self._dispatch(shard, mb)
+        launch = 2 * launch
         attention_s = attn.time_s
         if lay.recompute == "full":
             flops, hbm, body, launch = flops + fwd.flops, hbm + fwd.hbm_bytes, body + fwd.body_s, launch + fwd.launch_s
@@ -342,6 +348,34 @@ class LayoutCosts:
         """Layer-equivalents the host dispatches in one pass of ``shard``'s stage: its layers, plus
         the embedding on the first stage and the LM head with its loss on the last."""
         return shard.num_layers + (1 if shard.stage == 0 else 0) + (1 if shard.stage == self.layout.pp - 1 else 0)
+
+    def _kernels(self, shard: StageShard) -> int:
+        """Kernels of one forward through ``shard``'s stage with the fused softmax: the shard's
+        count (attention core as one kernel), plus the unfused core's others in every layer."""
+        core = len(UNFUSED_FORWARD_BYTES) - 1 if self.layout.attention_kernel == "unfused" else 0
+        return shard.kernels + core * shard.num_layers
+
+    def _fallback(self, mb: MicroBatchShapes) -> np.ndarray:
+        """1.0 for each micro-batch whose unfused attention falls back to the backend's
+        unfused softmax (:mod:`rlperf.stages.softmax`), else 0.0."""
+        if self.layout.attention_kernel != "unfused":
+            return np.zeros(mb.tokens.shape)
+        heads = self.model.num_heads // self.layout.tp
+        fused = fused_softmax_available(self.layout.backend, mb.sequences, heads, mb.longest)
+        return np.where(fused, 0.0, 1.0)
+
+    def _dispatch(self, shard: StageShard, mb: MicroBatchShapes) -> tuple[np.ndarray, np.ndarray]:
+        """(launch, host) time of one forward of each of ``mb`` through ``shard``'s stage: its
+        kernels at ``kernel_launch_s``; the backend's host time per layer-equivalent, plus, where
+        the softmax falls back, its extra ops at the host's time per kernel of a layer (the
+        layer's overhead spread evenly over its kernels)."""
+        prof, n = self.cluster.profile, shard.num_layers
+        kernels = self._kernels(shard)
+        extra = FALLBACK_EXTRA_KERNELS * n * self._fallback(mb)
+        per_kernel_host = self._host_per_layer_s * n / kernels if kernels else 0.0
+        launch: np.ndarray = (kernels + extra) * prof.kernel_launch_s
+        host: np.ndarray = self._host_units(shard) * self._host_per_layer_s + extra * per_kernel_host
+        return launch, host
 
     def _linear(self, shard: StageShard, t: np.ndarray, passes: int, num_bytes: np.ndarray) -> Roof:
         """The stage's weight matmuls over ``t`` tokens per device, ``passes`` times (1 forward;
@@ -385,6 +419,8 @@ class LayoutCosts:
         num_bytes = bytes_per_score[:, None] * scores[None, :]
         time = np.maximum(flops / self._matmul[0], num_bytes / self._matmul[1]).sum(axis=0)
         io = shard.attention_io_per_token * t * _C * (2 if backward else 1)  # q, k, v, o (and grads)
+        # the softmax's PyTorch fallback where the fused kernel is unavailable (memory bound)
+        io = io + (FALLBACK_BYTES[backward] - FUSED_BYTES[backward]) * scores * self._fallback(mb)
         return Roof(flops.sum(axis=0), num_bytes.sum(axis=0) + io, time + io / self._matmul[1])
 
     # ------------------------------------------------------------------ communication

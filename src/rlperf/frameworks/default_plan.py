@@ -147,6 +147,7 @@ def _train_layout(model: ModelSpec, d: PlanDefaults, hbm: float, node: int, gpus
         max_tokens_per_microbatch=d.max_tokens_per_microbatch,
         cp_kind="ulysses" if d.backend == "fsdp" else "ring",
         sequence_parallel=d.backend == "megatron",
+        backend="megatron" if d.backend == "megatron" else "fsdp",  # DeepSpeed ZeRO engines cost as FSDP
     )
     if d.backend != "megatron":
         if _zero_states_bytes_per_gpu(model, d.zero_stage, gpus) > budget and d.zero_stage != 3:

@@ -128,12 +128,14 @@ class HardwareProfile(Spec):
     collective_ll_bandwidth_fraction: float | None = Field(default=None, gt=0, le=1)
     # Host/framework time per transformer layer and micro-batch pass (forward, recompute and
     # backward each pay it) of a training backend that the GPU does not overlap (eager module
-    # dispatch, autograd, hooks; stages.pass_cost). None: nothing added.
-    megatron_layer_overhead_s: OverheadSeconds | None = None
+    # dispatch, autograd, hooks; stages.pass_cost). None: nothing added. Megatron's default is
+    # the A100 figure fitted to vTrain's iterations (profiles.yaml generic: an assumption for
+    # other hosts); FSDP has no figure.
+    megatron_layer_overhead_s: OverheadSeconds | None = 1.028e-3
     fsdp_layer_overhead_s: OverheadSeconds | None = None
     # How a pass's host time and device time combine: (host^k + device^k)^(1/k), a smooth maximum
     # (the host runs ahead of the device only between synchronizations). None: max(host, device).
-    host_overlap_exponent: float | None = Field(default=None, gt=1, le=100)
+    host_overlap_exponent: float | None = Field(default=3.0, gt=1, le=100)
     # The engine's load_weights per checkpoint tensor (reload after a sync, both transfer modes;
     # stages.weight_sync). None: nothing.
     engine_load_tensor_overhead_s: OverheadSeconds | None = None

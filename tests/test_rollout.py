@@ -70,7 +70,7 @@ def test_single_request_equals_step_by_step_sum() -> None:
     step = StepModel.build(QWEN7, H100, EngineLayout(max_num_batched_tokens=1024))
     chunks = math.ceil(prompt / 1024)
     q = step.prefill_s_per_token(prompt, prompt * (prompt + 1) / 2, 1)
-    prefill = step.run(0, 0, prompt / chunks, q).time_s(chunks)
+    prefill = step.run(0, 0, prompt / chunks, q, 1).time_s(chunks)  # the wave: one sequence
     decode = sum(step.run(1, prompt + 1 + i, 0, 0.0).step_s(0) for i in range(response - 1))
     assert res.makespan_s == pytest.approx(prefill + decode, rel=1e-9)
     assert res.num_prefill_tokens == prompt

@@ -92,7 +92,7 @@ coef = st.floats(0.0, 10.0, allow_nan=False)
 def test_runs_time_equals_run_time(rows: list[tuple[float, float, float, float, float, int]], floor: float) -> None:
     """The vectorized closed form gives, run by run, exactly the scalar one."""
     c0, c1, m0, m1, fixed, n = (np.array(c) for c in zip(*rows))
-    many = Runs(c0, c1, m0, m1, floor, fixed).time_s(n.astype(np.int64))
+    many = Runs(c0, c1, m0, m1, np.full(len(rows), floor), fixed).time_s(n.astype(np.int64))
     one = [Run(*r[:4], floor, r[4]).time_s(r[5]) for r in rows]
     assert many.tolist() == one
 

@@ -81,8 +81,9 @@ def test_large_batch_decode_is_compute_bound() -> None:
     linear = b * QWEN7.linear_flops(1) / peak
     sampler = b * QWEN7.vocab_size * 4 * SAMPLER_PASSES / (H100.accelerator.hbm_bandwidth_bytes_per_s * H100.profile.decode_hbm_efficiency)
     assert step.sampler_s(b) == pytest.approx(sampler)  # tp = 1: no logits gather
-    assert run.step_s(0) >= linear + sampler
-    assert run.step_s(0) == pytest.approx(linear + sampler, rel=0.02)
+    host = b * H100.profile.engine_seq_s  # no overlap scheduling: added
+    assert run.step_s(0) >= linear + sampler + host
+    assert run.step_s(0) == pytest.approx(linear + sampler + host, rel=0.02)
 
 
 def test_step_time_grows_with_batch_and_context() -> None:
@@ -157,6 +158,56 @@ def test_host_overhead_is_added_to_every_step_and_is_not_work() -> None:
         assert step.run(b, ctx, 0, 0.0).fixed == pytest.approx(base.run(b, ctx, 0, 0.0).fixed + overhead)
 
 
+def test_host_time_per_sequence_is_added_without_overlap_scheduling() -> None:
+    """engine_seq_overhead_s x (decoding + prefilling sequences) is added to each step of an
+    engine without overlap scheduling (vLLM V0/V1), on top of the fixed part."""
+    prof = H100.profile.model_copy(update={"engine_seq_overhead_s": 2e-5, "engine_step_overhead_s": 1e-3})
+    none = H100.profile.model_copy(update={"engine_seq_overhead_s": None})
+    base = StepModel.build(QWEN7, H100.model_copy(update={"profile": none}), EngineLayout(tp=1))
+    step = StepModel.build(QWEN7, H100.model_copy(update={"profile": prof}), EngineLayout(tp=1))
+    for b, ctx, chunk, wave, n in ((1, 100, 0, 0, 1), (64, 64 * 5_000, 0, 0, 300), (200, 0, 512, 8, 7)):
+        host = 1e-3 + 2e-5 * (b + wave)
+        got = step.run(b, ctx, chunk, 1e-7, wave)
+        ref = base.run(b, ctx, chunk, 1e-7, wave)
+        assert got.time_s(n) == pytest.approx(ref.time_s(n) + n * host, rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(b=st.integers(1, 1024), ctx_per_seq=st.integers(0, 30_000), n=st.integers(1, 400),
+       seq_us=st.floats(0.0, 200.0), fixed_ms=st.floats(0.0, 20.0))
+def test_overlap_scheduling_takes_the_larger_of_device_and_host(
+    b: int, ctx_per_seq: int, n: int, seq_us: float, fixed_ms: float
+) -> None:
+    """Under overlap scheduling each step costs max(device step, host time): the closed form
+    equals the brute-force sum over steps of max(device_i, host), device_i from the same engine
+    with no host time at all."""
+    prof = H100.profile.model_copy(update={"engine_seq_overhead_s": seq_us * 1e-6, "engine_step_overhead_s": fixed_ms * 1e-3})
+    zero = H100.profile.model_copy(update={"engine_seq_overhead_s": None, "engine_step_overhead_s": None})
+    lay = EngineLayout(tp=2, overlap_scheduling=True)
+    device = StepModel.build(QWEN7, H100.model_copy(update={"profile": zero}), lay).run(b, b * ctx_per_seq, 0, 0.0)
+    step = StepModel.build(QWEN7, H100.model_copy(update={"profile": prof}), lay)
+    host = fixed_ms * 1e-3 + seq_us * 1e-6 * b
+    brute = sum(max(device.step_s(i), host) for i in range(n))
+    assert step.run(b, b * ctx_per_seq, 0, 0.0).time_s(n) == pytest.approx(brute, rel=1e-9)
+    # and the vectorized form agrees with the scalar one
+    runs = step.runs(np.array([b]), np.array([b * ctx_per_seq]), np.array([0.0]), np.array([0.0]), np.array([0]))
+    assert runs.time_s(np.array([n]))[0] == pytest.approx(brute, rel=1e-9)
+
+
+def test_overlap_hides_host_time_below_the_device_step() -> None:
+    """A host time shorter than the device step costs nothing under overlap scheduling and its
+    full length without it."""
+    lay_sync, lay_overlap = EngineLayout(tp=1), EngineLayout(tp=1, overlap_scheduling=True)
+    b, ctx = 64, 64 * 8_000
+    sync, overlap = StepModel.build(QWEN7, H100, lay_sync), StepModel.build(QWEN7, H100, lay_overlap)
+    zero = H100.profile.model_copy(update={"engine_seq_overhead_s": None})
+    device = StepModel.build(QWEN7, H100.model_copy(update={"profile": zero}), lay_sync).run(b, ctx, 0, 0.0).step_s(0)
+    host = b * H100.profile.engine_seq_s
+    assert 0 < host < device
+    assert overlap.run(b, ctx, 0, 0.0).step_s(0) == pytest.approx(device, rel=1e-12)
+    assert sync.run(b, ctx, 0, 0.0).step_s(0) == pytest.approx(device + host, rel=1e-12)
+
+
 def test_moe_decode_reads_the_touched_experts_of_the_busiest_rank() -> None:
     moe = load_model("Qwen3-30B-A3B")  # 128 experts, top-8
     sharded = StepModel.build(moe, H100, EngineLayout(tp=4))
@@ -182,6 +233,14 @@ def test_decode_breakdown_adds_up_to_the_step_and_names_its_sources() -> None:
     bd = decode_step_breakdown(moe, H100, lay, 64, 64 * 3000.0)
     step = StepModel.build(moe, H100, lay)
     assert bd.step_s == pytest.approx(step.run(64, 64 * 3000.0, 0, 0.0).step_s(0), rel=1e-9)
+    # with overlap scheduling, and with a host time long enough to set the step
+    slow = H100.model_copy(update={"profile": H100.profile.model_copy(update={"engine_seq_overhead_s": 1e-3})})
+    for cluster in (H100, slow):
+        over = lay.model_copy(update={"overlap_scheduling": True})
+        bd = decode_step_breakdown(moe, cluster, over, 64, 64 * 3000.0)
+        ref = StepModel.build(moe, cluster, over).run(64, 64 * 3000.0, 0, 0.0).step_s(0)
+        assert bd.step_s == pytest.approx(ref, rel=1e-9)
+    assert bd.bound == "host"
     names = " ".join(t.name for t in bd.terms)
     assert "MoE experts read" in names and "tp all-reduce" in names and "sampler" in names
     assert all(t.source for t in bd.terms)
@@ -199,7 +258,8 @@ def test_simulate_prints_the_decode_step_with_moe_and_communication_terms(capsys
     for name in ("gspo-qwen3-30b-a3b", "grpo-deepseek-v3-h20"):
         render_decode_step(load_scenario(name))
         out = capsys.readouterr().out
-        for term in ("MoE experts read", "tp all-reduce", "sampler", "engine host overhead", "profiles", "hardware.yaml"):
+        for term in ("MoE experts read", "tp all-reduce", "sampler", "engine host, per sequence", "vllm/issues/10634",
+                     "profiles", "hardware.yaml"):
             assert term in out, (name, term)
     assert "across 4 nodes" in out  # DeepSeek-V3's TP-32 engine spans four 8-GPU nodes
 

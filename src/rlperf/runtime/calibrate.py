@@ -48,7 +48,8 @@ efficiencies are then relative to those peaks:
 
 - ``engine_step_overhead_s`` and ``engine_layer_overhead_s``: HF ``generate``'s framework cost
   per decode step of a tiny model, fixed and per layer (1 vs 3 layers), which the engine model
-  adds to every step (the runtime's engine is HF generate).
+  adds to every step (the runtime's engine is HF generate); ``engine_seq_overhead_s`` 0, as the
+  batch-1 measurement holds HF's host time per sequence in its fixed part.
 
 Collective fields (intra/inter-node) keep the generic values: one device runs no collectives.
 The raw numbers go to the file's ``measurements:`` section, which the profile loader skips.
@@ -293,6 +294,10 @@ class Calibration:
             "engine_layer_overhead_s": {
                 "value": max(0.0, float(self.engine_step_s["per_layer_s"])),
                 "from": "HF generate per decode step of a tiny model (batch 1, 1 vs 3 layers): the part per layer",
+            },
+            "engine_seq_overhead_s": {
+                "value": 0.0,
+                "from": "HF generate at batch 1: its host time per sequence is inside the fixed part measured above",
             },
             "source": src,
             "measurements": self.measurements(),

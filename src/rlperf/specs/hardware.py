@@ -108,14 +108,19 @@ class HardwareProfile(Spec):
     # (cost.roofline.matmul_size_factor).
     matmul_half_rate_flops: float = Field(default=7.519e9, ge=0)
     matmul_size_exponent: float = Field(default=1.11, gt=0)
-    # Host-side cost of one rollout-engine step that the GPU does not overlap (scheduling, input
-    # preparation, sampler bookkeeping, output processing), added to every step
-    # (stages.rollout_step): engine_step_overhead_s + engine_layer_overhead_s x layers (the
+    # Host-side cost of one rollout-engine step (scheduling, input preparation, sampler
+    # bookkeeping, output processing), added to every step or, under the engine's overlap
+    # scheduling, overlapped with it (stages.rollout_step): engine_step_overhead_s +
+    # engine_layer_overhead_s x layers + engine_seq_overhead_s x sequences (the
     # per-layer part: eager module dispatch, e.g. HF generate). None: no figure, nothing is added
     # (no catalog accelerator has a published one; `rlperf validate --calibrate` fits the fixed
     # part, `rlperf calibrate` measures HF generate's).
     engine_step_overhead_s: OverheadSeconds | None = None
     engine_layer_overhead_s: OverheadSeconds | None = None
+    # The engine's host time per sequence of a step (scheduling it, preparing its inputs,
+    # processing its sampled token): grows with the batch (stages.rollout_step). A host-CPU
+    # figure, the same for every accelerator (vLLM V1's decode gap, profiles.yaml). None: nothing.
+    engine_seq_overhead_s: OverheadSeconds | None = 2.15e-5
     # Host-side cost of one transfer call of a trainer -> engine weight sync: one call per tensor
     # tensor by tensor (verl's default), one per bucket bucketed (WeightSync.transfer;
     # stages.weight_sync). None: nothing.
@@ -161,9 +166,15 @@ class HardwareProfile(Spec):
         return value or 0.0
 
     def engine_step_s(self, num_layers: int) -> float:
-        """Host-side engine cost added to every rollout-engine step of a ``num_layers`` model."""
+        """Host-side engine cost of every rollout-engine step of a ``num_layers`` model that does
+        not depend on the batch (the per-sequence part: :attr:`engine_seq_s`)."""
         fixed = self.engine_step_overhead_s or 0.0
         return fixed + (self.engine_layer_overhead_s or 0.0) * num_layers
+
+    @property
+    def engine_seq_s(self) -> float:
+        """Host-side engine cost per sequence of a rollout-engine step (0 without a figure)."""
+        return self.engine_seq_overhead_s or 0.0
 
     @property
     def host_adam_bytes_per_s(self) -> float:

@@ -90,9 +90,15 @@ def _split_entries(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]
 @lru_cache(maxsize=1)
 def _shipped_profiles() -> dict[str, HardwareProfile]:
     data = _read_data("profiles.yaml")
+    _, generic_prov = _split_entries(data["generic"])
     out: dict[str, HardwareProfile] = {}
     for aid, raw in data["profiles"].items():
         values, prov = _split_entries(raw)
+        # A field the profile leaves out takes the generic value (HardwareProfile's default):
+        # it keeps the generic block's provenance, so a breakdown can still name the source.
+        for key, where in generic_prov.items():
+            if key not in values:
+                prov[key] = f"generic: {where}"
         out[aid] = parse(
             HardwareProfile,
             {"accelerator": aid, **values, "provenance": prov, "source": "rlperf/data/profiles.yaml"},

@@ -147,6 +147,10 @@ class EngineLayout(Spec):
     # decode steps replayed as CUDA graphs (vLLM/SGLang default); False: eager launches (vLLM
     # enforce_eager), each kernel at the profile's kernel_launch_s (stages.rollout_step)
     cuda_graphs: bool = True
+    # the engine prepares step n+1 on the host while the GPU runs step n (SGLang's overlap
+    # scheduler, default since v0.4; vLLM's --async-scheduling; TRT-LLM's overlap scheduler): a
+    # step takes max(device, host) instead of device + host (stages.rollout_step)
+    overlap_scheduling: bool = False
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
 

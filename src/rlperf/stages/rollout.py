@@ -271,7 +271,7 @@ def solo_times_s(
     for k, (p, r) in enumerate(zip(context_tokens.tolist(), decode_steps.tolist())):
         n_chunks = -(-p // budget)
         q = step.prefill_s_per_token(p, 0.5 * p * (p + 1), 1)
-        pre[k] = step.run(0, 0, p / n_chunks, q).time_s(n_chunks)
+        pre[k] = step.run(0, 0, p / n_chunks, q, 1).time_s(n_chunks)  # a wave of one sequence
         dec[k] = step.run(1, p + 1, 0, 0.0).time_s(r)
     return pre, dec
 

@@ -2,7 +2,9 @@
 
 The step model (:mod:`rlperf.stages.rollout_step`) times a step as
 
-    step = max(compute, memory, launch floor) + communication + sampler + host overhead
+    device = max(compute, memory, launch floor) + communication + sampler
+    step   = device + host, or max(device, host) under the engine's overlap scheduling
+    host   = engine_step_overhead_s + engine_seq_overhead_s · b
 
 This module splits one step of ``b`` decoding sequences with ``C`` context tokens in total
 (no prefill in the step) into those terms, each named with its source: a hardware figure
@@ -36,7 +38,8 @@ if TYPE_CHECKING:
 class StepTerm:
     name: str
     time_s: float
-    side: str  # "compute", "memory", "floor" (inside the max) or "added"
+    side: str  # "compute", "memory", "floor" (inside the max), "added", or "overlapped" (host time
+    # in a max with the whole device step)
     source: str
 
 
@@ -51,13 +54,19 @@ class StepBreakdown:
         return sum(t.time_s for t in self.terms if t.side == side)
 
     @property
+    def device_s(self) -> float:
+        return max(self.side_s("compute"), self.side_s("memory"), self.side_s("floor")) + self.side_s("added")
+
+    @property
     def bound(self) -> str:
-        """Which side of the max sets the step."""
+        """Which side of the max sets the step ("host" when overlapped host time exceeds the device's)."""
+        if self.side_s("overlapped") > self.device_s:
+            return "host"
         return max(("compute", "memory", "floor"), key=self.side_s)
 
     @property
     def step_s(self) -> float:
-        return max(self.side_s("compute"), self.side_s("memory"), self.side_s("floor")) + self.side_s("added")
+        return max(self.device_s, self.side_s("overlapped"))
 
 
 def _prov(cluster: Cluster, field: str) -> str:
@@ -123,11 +132,19 @@ def decode_step_breakdown(
                               _prov(cluster, "intra_node_latency_s" if same else "inter_node_latency_s")))
     terms.append(StepTerm("sampler over the vocabulary", b * step.sampler_s_per_seq, "added",
                           f"{SAMPLER_PASSES} fp32 passes over b x V logits (structural count); {hbm_src}"))
-    host = cluster.profile.engine_step_overhead_s
+    # The engine's host time: added to the device step, or overlapped with it (the larger wins).
+    side = "overlapped" if step.overlap else "added"
+    how = ("overlap scheduling: the step takes max(device, host)" if step.overlap else
+           "no overlap scheduling: added between steps")
+    fixed = cluster.profile.engine_step_overhead_s
     terms.append(StepTerm(
-        "engine host overhead", step.overhead_s, "added",
-        _prov(cluster, "engine_step_overhead_s") if host is not None else
-        "engine_step_overhead_s unset: no published per-step figure (rlperf validate --calibrate fits one)",
+        "engine host, fixed per step", step.overhead_s, side,
+        (_prov(cluster, "engine_step_overhead_s") if fixed is not None else
+         "engine_step_overhead_s unset: no published per-step figure (rlperf validate --calibrate fits one)") + f"; {how}",
+    ))
+    terms.append(StepTerm(
+        f"engine host, per sequence (x {b})", b * step.host_s_per_seq, side,
+        f"{_prov(cluster, 'engine_seq_overhead_s')}; {how}",
     ))
     return StepBreakdown(b, ctx, read, tuple(terms))
 

@@ -10,7 +10,9 @@ over the ``pp`` stages, i.e. the path of one micro-batch through the pipeline; w
 micro-batches in flight the token-proportional terms divide by their number, see
 :meth:`StepModel.run`):
 
-    step = max(compute, memory, launch floor) + communication + sampler + host overhead
+    device = max(compute, memory, launch floor) + communication + sampler
+    step   = device + host                  (the engine schedules between steps: vLLM V0/V1)
+           = max(device, host)              (overlap scheduling: SGLang, vLLM async scheduling)
     compute = linear FLOPs / (tp · peak · matmul_eff) + attention FLOPs / (tp · peak · attention_eff)
     memory  = (streamed weight bytes + KV bytes read + KV bytes written) per GPU
               / (HBM bandwidth · decode_hbm_efficiency)
@@ -20,7 +22,8 @@ micro-batches in flight the token-proportional terms divide by their number, see
                     + the all-gather of the vocab-parallel logits over the tp group (b · V fp32)
     sampler = b · V · 4 bytes · SAMPLER_PASSES / (HBM bandwidth · decode_hbm_efficiency)
     launch floor = graph_kernel_launch_s · KERNELS_PER_LAYER · L
-    host overhead = engine_step_overhead_s + engine_layer_overhead_s · L  (profile; 0 when unset)
+    host = engine_step_overhead_s + engine_layer_overhead_s · L + engine_seq_overhead_s · n
+           (profile; n = sequences in the step, decoding and prefilling; 0 where unset)
 
 Decode messages are tiny (``b · d`` activations, a few hundred KB), so the all-reduces are
 latency-bound: their cost is the collectives module's alpha-beta model with the profile's
@@ -36,14 +39,25 @@ sampling kernel reads the probabilities: ``SAMPLER_PASSES = 4`` full passes over
 bytes (a structural count of vLLM's sampler with top-p = 1 and top-k off, the RL default; a
 sort for top-p/top-k would add more). It runs after the forward, so it is added.
 
-The host overhead is the engine's own CPU work per step that the GPU waits for: scheduling the
-batch, preparing its inputs, sampler bookkeeping, processing the outputs (vLLM's v0.6 blog:
-with v0.5.3 on one H100, scheduling alone took 29% of the time of a Llama-3-8B run and the GPU
-sat idle meanwhile; https://blog.vllm.ai/2024/09/05/perf-update.html). It is added, as the
-communication is: the next step cannot be launched before it is done. The per-layer part is
-the module dispatch of an eager framework (HF ``generate``; ``rlperf calibrate`` measures both
-parts there). No catalog profile has a published figure, so both are unset (0) unless a profile
-file or ``rlperf validate --calibrate`` sets them.
+The host time is the engine's own CPU work per step: scheduling the batch, preparing its
+inputs, sampler bookkeeping, processing the sampled tokens. Most of it is a loop over the
+step's sequences, so it grows with the batch: ``engine_seq_overhead_s`` per sequence (vLLM's V1
+engine leaves the GPU idle about 5-6 ms between two decode steps of 256 Llama-2-7B sequences,
+vllm-project/vllm#10634, i.e. ~21.5 us per sequence; profiles.yaml). ``engine_step_overhead_s``
+is the part that does not depend on the batch and ``engine_layer_overhead_s`` the module
+dispatch of an eager framework per layer (HF ``generate``; ``rlperf calibrate`` measures both
+there); neither has a published figure for vLLM or SGLang, so both are unset unless a profile
+file or ``rlperf validate --calibrate`` sets them. Without overlap scheduling (vLLM V0 and V1
+by default) the host work sits between two steps and is added: the next step cannot be
+launched before its batch is scheduled (vLLM's v0.6 blog: with v0.5.3 on one H100, scheduling
+took 29% of a Llama-3-8B run's time against 38% of GPU execution, and the GPU sat idle
+meanwhile; https://blog.vllm.ai/2024/09/05/perf-update.html). With overlap scheduling
+(``EngineLayout.overlap_scheduling``: SGLang's zero-overhead scheduler, vLLM
+``--async-scheduling``) the host prepares step n+1 while the GPU runs step n, so a step costs
+the larger of the two (SGLang v0.4's Nsight profile shows no GPU idle time between decode
+steps; https://lmsys.org/blog/2024-12-04-sglang-v0-4/). In the closed form the host time is one
+more flat line in the max: ``max(device, host) = max(compute, memory, floor, host - extra) +
+extra`` with ``extra`` = communication + sampler.
 
 The launch floor enters the max, not the sum: a step cannot finish before its kernels are
 launched, but launches overlap with the kernels of the step, and ``decode_hbm_efficiency`` is an
@@ -142,11 +156,13 @@ class StepModel:
     num_experts: int  # 0 for a dense model
     experts_per_token: int
     floor_s: float  # kernel-launch floor per step
-    overhead_s: float  # host-side engine cost per step (added, as communication is)
+    overhead_s: float  # host-side engine cost per step that does not depend on the batch
     expert_ranks: int = 1  # ranks of a stage holding whole experts (ep / pp); 1: tp-sharded
     routing_imbalance: float = 1.0  # busiest rank's touched experts over the uniform-routing figure
     vocab_size: int = 0
     sampler_s_per_seq: float = 0.0  # sampler HBM time per sampled sequence
+    host_s_per_seq: float = 0.0  # host-side engine cost per sequence of a step
+    overlap: bool = False  # host work overlaps the device step (max) instead of adding to it
     # communication, filled lazily per token count
     _comm_cache: dict[tuple[int, int], float] = field(
         default_factory=dict, compare=False, repr=False
@@ -197,6 +213,8 @@ class StepModel:
             routing_imbalance=prof.moe_routing_imbalance or 1.0,
             vocab_size=model.vocab_size,
             sampler_s_per_seq=model.vocab_size * _LOGIT_BYTES * SAMPLER_PASSES / hbm,
+            host_s_per_seq=prof.engine_seq_s,
+            overlap=layout.overlap_scheduling,
             _cluster=cluster,
             _act_bytes=wbytes,
         )
@@ -299,10 +317,10 @@ class StepModel:
         (every sequence advances once) then takes ``pp`` stage-times of one micro-batch: the
         token-proportional compute and KV traffic divide by ``mb``, while every micro-batch
         still streams its stage's weights (``mb = 1``: the stages run one after the other)."""
-        c0, c1, m0, m1, fixed = self._coefficients(
+        c0, c1, m0, m1, floor, fixed = self._coefficients(
             num_decode, context_tokens, chunk_tokens, prefill_s_per_token, num_prefill_seqs
         )
-        return Run(float(c0), float(c1), float(m0), float(m1), self.floor_s, float(fixed))
+        return Run(float(c0), float(c1), float(m0), float(m1), float(floor), float(fixed))
 
     def runs(
         self,
@@ -313,17 +331,17 @@ class StepModel:
         num_prefill_seqs: np.ndarray,
     ) -> Runs:
         """:meth:`run` of many runs at once (arrays, one entry per run)."""
-        c0, c1, m0, m1, fixed = self._coefficients(
+        c0, c1, m0, m1, floor, fixed = self._coefficients(
             num_decode, context_tokens, chunk_tokens, prefill_s_per_token, num_prefill_seqs
         )
         shape = num_decode.shape
-        c0, c1, m0, m1, fixed = (np.broadcast_to(x, shape) for x in (c0, c1, m0, m1, fixed))
-        return Runs(c0, c1, m0, m1, self.floor_s, fixed)
+        c0, c1, m0, m1, floor, fixed = (np.broadcast_to(x, shape) for x in (c0, c1, m0, m1, floor, fixed))
+        return Runs(c0, c1, m0, m1, floor, fixed)
 
     def _coefficients(
         self, b: Count, context_tokens: Coef, c: Coef, prefill_s_per_token: Coef, num_prefill_seqs: Count
-    ) -> tuple[Coef, Coef, Coef, Coef, Coef]:
-        """(c0, c1, m0, m1, fixed) of :meth:`run`, for one run or arrays of runs."""
+    ) -> tuple[Coef, Coef, Coef, Coef, Coef, Coef]:
+        """(c0, c1, m0, m1, floor, fixed) of :meth:`run`, for one run or arrays of runs."""
         n_tok = b + _ceil(c)
         mb = self.num_microbatches(b + num_prefill_seqs)
         kv_s = self.kv_bytes_per_token_per_gpu / self.hbm_bytes_per_s / mb
@@ -332,8 +350,16 @@ class StepModel:
         c0 = c0 + (attn_s * (context_tokens + b) + prefill_s_per_token * c / mb)
         weights_s = self.weight_bytes_per_gpu(-(-n_tok // mb)) / self.hbm_bytes_per_s
         m0 = weights_s + kv_s * (context_tokens + b + c)
-        fixed = self.comm_s(n_tok, mb) + self.sampler_s(b) + self.overhead_s
-        return c0, attn_s * b, m0, kv_s * b, fixed
+        extra = self.comm_s(n_tok, mb) + self.sampler_s(b)
+        host = self.host_s(b + num_prefill_seqs)
+        if self.overlap:  # max(device, host): host is one more flat line, net of the extras
+            floor: Coef = np.maximum(self.floor_s, host - extra)
+            return c0, attn_s * b, m0, kv_s * b, floor, extra
+        return c0, attn_s * b, m0, kv_s * b, self.floor_s, extra + host
+
+    def host_s(self, num_seqs: Count) -> Coef:
+        """Host-side engine time of a step over ``num_seqs`` sequences (module docstring)."""
+        return self.overhead_s + self.host_s_per_seq * num_seqs
 
     def num_microbatches(self, num_seqs: Count) -> Count:
         """Pipeline micro-batches of a step over ``num_seqs`` sequences: ``min(pp, num_seqs)``,
@@ -366,7 +392,8 @@ class StepModel:
 @dataclass(frozen=True, slots=True)
 class Run:
     """Step ``i`` of a run costs ``max(c0 + c1·i, m0 + m1·i, floor) + fixed`` seconds
-    (compute line, memory line, launch floor; communication plus host overhead)."""
+    (compute line, memory line, launch floor or overlapped host time; communication, sampler
+    and host time that is not overlapped)."""
 
     c0: float
     c1: float
@@ -422,7 +449,7 @@ class Runs:
     c1: np.ndarray
     m0: np.ndarray
     m1: np.ndarray
-    floor: float
+    floor: np.ndarray
     fixed: np.ndarray
 
     def time_s(self, n: np.ndarray) -> np.ndarray:
@@ -434,7 +461,7 @@ class Runs:
         live = n > 0
         floor = live & (self.floor > c0) & (self.floor > m0)
         for k in np.flatnonzero(floor).tolist():
-            lines = [(float(c0[k]), float(c1[k])), (float(m0[k]), float(m1[k])), (self.floor, 0.0)]
+            lines = [(float(c0[k]), float(c1[k])), (float(m0[k]), float(m1[k])), (float(self.floor[k]), 0.0)]
             out[k] = envelope_sum(lines, int(n[k])) + int(n[k]) * float(fixed[k])
         same = live & ~floor & (c1 == m1)
         out[same] = (_lin_sum(np.maximum(c0, m0), c1, 0, n) + n * fixed)[same]

@@ -37,8 +37,9 @@ MODES = st.one_of(
     st.builds(lambda s: ExecutionMode(kind="async", staleness=s), st.integers(0, 3)),
     st.builds(lambda b, s: ExecutionMode(kind="partial_rollout", token_budget=b, staleness=s),
               st.sampled_from([100, 400, 1500]), st.integers(0, 1)),
-    st.builds(lambda t, f: ExecutionMode(kind="streaming", staleness_threshold=t, inflight_weight_updates=f),
-              st.sampled_from([0.0, 0.5, 1.0, 2.0]), st.booleans()),
+    st.builds(lambda t, f, k: ExecutionMode(kind="streaming", staleness_threshold=t, inflight_weight_updates=f,
+                                            train_parts=k),
+              st.sampled_from([0.0, 0.3, 0.5, 1.0, 1.5, 2.0]), st.booleans(), st.sampled_from([1, 2, 4])),
 )
 PLACEMENTS = st.sampled_from([Placement(), Placement(kind="disaggregated", rollout_gpus=2),
                               Placement(kind="disaggregated", rollout_gpus=4), Placement(kind="disaggregated", rollout_gpus=6)])
@@ -106,11 +107,12 @@ def test_staleness_distribution_summary() -> None:
 SPLIT = Placement(kind="disaggregated", rollout_gpus=4)
 
 
-def test_streaming_conserves_tokens_under_interruption() -> None:
+@pytest.mark.parametrize(("threshold", "parts"), [(1.0, 1), (0.5, 1), (0.5, 4), (0.0, 4), (1.5, 2)])
+def test_streaming_conserves_tokens_under_interruption(threshold: float, parts: int) -> None:
     from rlperf.sim.simulate import Simulator
 
     sample = toy_sampler(4)
-    m = ExecutionMode(kind="streaming", staleness_threshold=1.0)
+    m = ExecutionMode(kind="streaming", staleness_threshold=threshold, train_parts=parts)
     plan = Plan(placement=SPLIT, mode=m)
     iters = 7
     cfg = SimConfig(name="toy", algorithm=get_algorithm("GRPO"), plan=plan, num_gpus=8, prompts_per_step=8, group_size=4,
@@ -118,13 +120,14 @@ def test_streaming_conserves_tokens_under_interruption() -> None:
     sim = Simulator(cfg, ToyCosts())
     sim.run()
     n_iter = sim.num_iterations
-    requested = sum(int(sample(it * 1000, 8 + (8 if it == 0 else 0))[1].sum()) for it in range(n_iter))
+    ahead = round(threshold * 8)
+    requested = sum(int(sample(it * 1000, 8 + (ahead if it == 0 else 0))[1].sum()) for it in range(n_iter))
     generated = sum(s.generated_tokens for s in sim.iters)
     carry = sim.carry
     left = 0 if carry is None else int((carry.target_tokens - carry.generated_tokens).sum())
     assert generated + left == requested  # every token generated exactly once, none lost at a pause
     trained = sum(len(s.kept_seq_tokens) for s in sim.iters if s.kept_seq_tokens is not None)
-    assert trained + (0 if carry is None else carry.num_requests) == (n_iter + 1) * 8 * 4
+    assert trained + (0 if carry is None else carry.num_requests) == n_iter * 8 * 4 + ahead * 4
     # Each step trains at least its batch: the call stops once B·G responses finished.
     assert all(s.kept_seq_tokens is not None and len(s.kept_seq_tokens) >= 32 for s in sim.iters)
 
@@ -195,3 +198,35 @@ def test_openrlhf_async_with_partial_rollout_is_streaming() -> None:
     assert "--partial_rollout" in out.args and "--async_train" in out.args
     back, report = import_openrlhf(list(out.args), gpu=spec.cluster.gpu)
     assert back.plan.mode == mode and not report.unknown
+
+
+def test_streamed_training_overlaps_the_rollout() -> None:
+    # verl fully_async: local updates start as their responses finish (train_parts), and a
+    # fractional threshold lets a share of the next batch generate during the update.
+    whole = run(ExecutionMode(kind="streaming", staleness_threshold=0.0), SPLIT, iterations=8, sample=toy_sampler(1),
+                prompts=16)
+    parts = run(ExecutionMode(kind="streaming", staleness_threshold=0.0, train_parts=4), SPLIT, iterations=8,
+                sample=toy_sampler(1), prompts=16)
+    ahead = run(ExecutionMode(kind="streaming", staleness_threshold=0.5, train_parts=4), SPLIT, iterations=8,
+                sample=toy_sampler(1), prompts=16)
+    assert ahead.step_time_s <= parts.step_time_s < whole.step_time_s
+    assert set(parts.staleness) == {0}  # threshold 0: the batch waits for the newest weights
+    assert ahead.staleness_distribution.max >= 1  # the ahead share used the previous weights
+    for r in (whole, parts, ahead):
+        assert r.step_time_s >= r.bounds.lower_bound_s * (1 - 1e-9)
+        # Every step trains its batch once, parts or not.
+        assert r.trained_responses_per_step >= 16 * 4
+
+
+def test_rollout_logprobs_drop_the_old_logprob_pass() -> None:
+    algo = get_algorithm("GRPO").with_rollout_logprobs()
+    names = [s.name for s in algo.active_stages(updates_per_rollout=4)]
+    assert "old_logprob" not in names and "actor_update" in names
+    assert all("old_logprob" not in s.deps for s in algo.stages)
+
+
+def test_train_parts_need_streaming() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="train_parts"):
+        ExecutionMode(kind="async", staleness=1, train_parts=4)

@@ -79,8 +79,9 @@ class AlgorithmConfig(Spec):
     reward: RewardSpec = RewardSpec()
     critic_model: str | None = None  # default: the actor's model
     # when the old-policy log-prob pass runs: with more than one update per rollout (or a KL in
-    # the reward), or every step (verl runs old_log_prob regardless, for metrics)
-    old_logprob: Literal["when_needed", "always"] = "when_needed"
+    # the reward), or every step (verl runs old_log_prob regardless, for metrics), or never: the
+    # rollout engine's log-probs stand in (verl fully_async ``use_rollout_log_probs``)
+    old_logprob: Literal["when_needed", "always", "rollout"] = "when_needed"
     # the KL term when the run differs from the algorithm's default (None: the algorithm's):
     # "none" drops the reference model and its log-prob pass; k1_reward / k3_loss turn it on
     kl: KL | None = None
@@ -158,6 +159,8 @@ def resolve(spec: ScenarioSpec) -> Scenario:
     algorithm = get_algorithm(spec.algorithm.name)
     if spec.algorithm.old_logprob == "always":
         algorithm = algorithm.with_old_logprob_always()
+    elif spec.algorithm.old_logprob == "rollout":
+        algorithm = algorithm.with_rollout_logprobs()
     if spec.algorithm.kl is not None:
         try:
             algorithm = algorithm.with_kl(spec.algorithm.kl)

@@ -90,6 +90,17 @@ class AlgorithmSpec:
         )
         return replace(self, stages=stages)
 
+    def with_rollout_logprobs(self) -> AlgorithmSpec:
+        """This algorithm with the old-policy log-probs taken from the rollout engine (verl
+        fully_async ``use_rollout_log_probs``, the default there): the trainer's old-policy
+        log-prob pass never runs, and the stages that read it wait for the rollout instead."""
+        dropped = {s.name for s in self.stages if s.condition == "multi_update"}
+        stages = tuple(
+            StageDef(s.name, s.role, s.kind, s.tokens, tuple(d for d in s.deps if d not in dropped), s.condition)
+            for s in self.stages if s.name not in dropped
+        )
+        return replace(self, stages=stages)
+
     def with_kl(self, kl: KL) -> AlgorithmSpec:
         """This algorithm with another KL term: ``none`` drops the reference model and its
         log-prob pass (verl with ``use_kl_loss=False`` and ``use_kl_in_reward=False``;

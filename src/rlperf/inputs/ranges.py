@@ -98,6 +98,8 @@ ITERATIONS = Quantity("iterations", 1, 10_000, "a simulation needs a few steps t
 STALENESS = Quantity("policy versions", 0, 1_024, "async RL lags by 1 to 8 policy versions", warn_above=64)
 FUSION_CHUNKS = Quantity("chunks", 1, 4_096, "stage fusion streams a rollout in a few to tens of waves",
                          warn_above=256)
+TRAIN_PARTS = Quantity("local updates", 1, 4_096, "verl fully_async trains a sync batch in 1 to tens of local updates",
+                       warn_above=256)
 CPU_WORKERS = Quantity("workers", 1, 1_048_576, "reward workers or sandboxes: tens to thousands")
 # ---------------------------------------------------------------------------- model shapes
 LAYERS = Quantity("layers", 1, 2_048, "published decoders: 12 to 126 layers (Llama 3.1 405B)", warn_above=256)
@@ -135,6 +137,7 @@ NumMinibatches = Annotated[int, AfterValidator(MINIBATCHES.check)]
 NumIterations = Annotated[int, AfterValidator(ITERATIONS.check)]
 Staleness = Annotated[int, AfterValidator(STALENESS.check)]
 FusionChunks = Annotated[int, AfterValidator(FUSION_CHUNKS.check)]
+TrainParts = Annotated[int, AfterValidator(TRAIN_PARTS.check)]
 NumWorkers = Annotated[int, AfterValidator(CPU_WORKERS.check)]
 NumLayers = Annotated[int, AfterValidator(LAYERS.check)]
 Width = Annotated[int, AfterValidator(WIDTH.check)]

@@ -142,6 +142,21 @@ class Mode:
         """The weight transfer holds the rollout GPUs (decoding pauses)."""
         return not self.spec.inflight_weight_updates
 
+    def ahead_share(self, shared_engine: bool) -> float:
+        """Share of each batch that finishes with the previous weights in a call of its own
+        before the sync (0: every call waits for its weights)."""
+        return 0.0
+
+    def train_parts(self, shared_engine: bool) -> int:
+        """Local updates the trainer runs per batch, each as soon as its share of the responses
+        has finished (1: training waits for the whole batch)."""
+        return 1
+
+    def bound_staleness(self, shared_engine: bool) -> int:
+        """Iterations in flight for the work-depth bound's ``D_iter / (s + 1)`` term: rollout
+        work that may overlap the previous update counts as a version ahead."""
+        return self.effective_staleness(shared_engine)
+
     # ---------------------------------------------------------------- simulation length
     def drain_iterations(self, shared_engine: bool) -> int:
         """Iterations simulated after the measured window so the pipeline stays full."""
@@ -235,20 +250,36 @@ class PartialRollout(Mode):
 
 @dataclass(frozen=True)
 class Streaming(Mode):
-    """The engine never drains (verl fully_async with ``partial_rollout``, AReaL): each rollout
-    call admits the step's ``B·G`` fresh requests next to the ones still in flight (the first
-    call admits ``⌊τ·B⌉`` prompts more, so ``τ·B·G`` requests stay in flight) and stops as soon
-    as ``B·G`` responses have finished; the unfinished ones are interrupted at the weight
-    update and resumed in the next call with the new weights (their KV re-prefilled). So there
-    is no rollout tail: the engine's batch stays full across steps. Fresh requests wait for the
-    weights of ``⌊τ⌋`` updates back (``τ`` = ``staleness_threshold``); a resumed request keeps
-    the version it started with, so its staleness grows with the calls it spans (the
-    distribution in the results shows it). With ``τ < 1`` the fresh requests use the newest
-    weights and about a share ``τ`` of the trained responses are stale, which is verl's reading
-    of the threshold (the fraction of a batch generated ahead with older weights). Not
-    modelled: verl's rollouter also keeps generating that share while the trainer updates
-    (here the in-flight requests wait for the next call), so for ``0 < τ < 1`` the overlap of
-    rollout and training is underestimated."""
+    """The engine never drains and the trainer consumes the batch as it streams in (verl
+    fully_async with ``partial_rollout``, AReaL).
+
+    With ``τ = staleness_threshold = s + f`` (``s`` whole versions, ``f`` the fraction) and
+    ``k = train_parts`` (verl ``trigger_parameter_sync_step``), rollout ``i`` is one call, or
+    two when ``f > 0``:
+
+    - **ahead call** (``f > 0``): starts when rollout ``i - 1`` has its batch, with the weights
+      synced so far (version ``i - 1 - s``), admits the step's ``B·G`` fresh requests next to
+      the ones in flight and stops once ``⌈f·B·G⌉`` responses have finished: the share of a
+      batch verl's rollouter may generate with the old weights while the trainer finishes its
+      update (``rollout_num = (1 + τ)·N - stale``, verl docs/advance/fully_async.md);
+    - **main call**: waits for the weights of ``i - s``, resumes the requests in flight (those
+      that had not started take the new weights) and stops once the batch's ``B·G`` responses
+      have finished. The unfinished ones are interrupted at the weight update and resumed in
+      the next call with the new weights, their KV re-prefilled (verl's partial rollout
+      ``sleep()/resume()`` re-submits prompt + partial response). The first call admits
+      ``⌊τ·B⌉`` prompts more, so the engine's batch stays full and there is no rollout tail.
+
+    The trainer runs ``k`` local updates of ``B·G/k`` responses each, in finishing order;
+    update part ``c`` starts once ``⌈(c+1)·B·G/k⌉`` responses of the batch have finished and
+    part ``c - 1`` is done (verl's trainer fetches ``require_batches × ppo_mini_batch_size``
+    samples per local update and syncs after ``k`` of them). ``τ = 0`` is verl's stream
+    off-policy pipeline (the rollout waits for the last part's update and the sync; the trainer
+    waits for the first part's samples).
+
+    Staleness: a response keeps the version it started with (a resumed request may span any
+    number of updates, so there is no bound; the distribution shows it). The weight transfer
+    waits for the ahead call to end (verl interrupts it at once; the engine is busy either way).
+    """
 
     def _label(self) -> str:
         return f"streaming τ={self.spec.staleness_threshold:g}"
@@ -275,23 +306,37 @@ class Streaming(Mode):
         # verl: the rollouter may produce (1 + τ) batches per parameter version.
         return round(self.spec.staleness_threshold * prompts_per_step)
 
+    def ahead_share(self, shared_engine: bool) -> float:
+        # On one pool the engine sleeps while training: nothing runs ahead.
+        return 0.0 if shared_engine else self.spec.staleness_threshold - self.staleness
+
+    def train_parts(self, shared_engine: bool) -> int:
+        return 1 if shared_engine else self.spec.train_parts
+
+    def bound_staleness(self, shared_engine: bool) -> int:
+        return self.effective_staleness(shared_engine) + (1 if self.ahead_share(shared_engine) > 0 else 0)
+
     def warmup_iterations(self, max_response_tokens: int, shared_engine: bool) -> int:
         # In-flight requests settle after a few calls; at least the pipeline's s + 1.
-        return self.effective_staleness(shared_engine) + 2
+        return self.bound_staleness(shared_engine) + 2
 
     def sim_iterations(self) -> tuple[int, int]:
-        return self.staleness + 2, 2
+        return self.bound_staleness(False) + 2, 2
 
     def compose_step(self, parts: StepParts) -> float:
-        """As a pipelined loop (``s = ⌊τ⌋``), with the rollout's tail hidden in every term (the
-        engine's batch stays full) and, with in-flight updates, the transfer off the rollout
-        GPUs."""
-        s = self.effective_staleness(parts.shared_pool)
-        hidden = parts.rollout_tail_s + (0.0 if self.sync_pauses_engine or parts.shared_pool else parts.sync_s)
+        """``max(rollout side, training side, chain / (s + 1))`` with the rollout's tail hidden
+        (the engine's batch stays full) and, with in-flight updates, the transfer off the
+        rollout GPUs. The chain of one step: the sync, the share ``1 - f`` of the rollout that
+        waits for it, and the last of the ``k`` local updates (the others overlap the rollout)."""
         if parts.shared_pool:
             return parts.iteration_s - parts.rollout_tail_s
+        s = self.effective_staleness(False)
+        f = self.ahead_share(False)
+        k = self.train_parts(False)
+        hidden = parts.rollout_tail_s + (0.0 if self.sync_pauses_engine else parts.sync_s)
         rollout = parts.rollout_side_s - hidden
-        return max(rollout, parts.train_side_s, (parts.iteration_s - hidden) / (s + 1))
+        chain = parts.sync_s + (1.0 - f) * max(0.0, rollout - parts.sync_s) + parts.train_side_s / k
+        return max(rollout, parts.train_side_s, chain / (s + 1))
 
 
 def mode_of(spec: ExecutionMode) -> Mode:

@@ -4,7 +4,8 @@ it carries over (partial rollout), with the policy version each request started 
 One explicit object that the rollout and weight-sync tasks update through named methods
 (instead of closures mutating loose attributes). Staleness of a trained response is
 ``update index - version its generation started with`` (AReaL records the version per sample;
-a carried response keeps the version of its first call, the conservative choice).
+a carried response keeps the version of the call that generated its first token, the
+conservative choice; one that has not started yet takes the weights of the call that starts it).
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ class RolloutState:
             np.concatenate([c.generated_tokens, fresh.generated_tokens]),
             np.concatenate([c.group_ids + offset, fresh.group_ids]),
         )
-        return batch, np.concatenate([self.carry_version, versions])
+        # A carried request that never started (queued behind the engine's batch) holds no
+        # weights yet: it starts with the newest ones, like a fresh request.
+        carried = np.where(c.generated_tokens > 0, self.carry_version, self.version_synced)
+        return batch, np.concatenate([carried, versions])
 
     def settle(self, batch: RolloutBatch, out: RolloutOutcome, versions: np.ndarray, carry_over: bool) -> np.ndarray:
         """After a call: keep the unfinished requests for the next call; returns the finished mask."""

@@ -9,7 +9,10 @@ One iteration of an algorithm is its stage graph (rlperf.algorithms). The plan d
 - partial rollout: each response generates at most ``token_budget`` new tokens per iteration,
   the unfinished ones continue in the next iteration (with their KV re-prefilled);
 - stage fusion: forward-only passes and the reward that depend only on the rollout run in
-  waves on the responses finished so far, on GPUs the rollout has released.
+  waves on the responses finished so far, on GPUs the rollout has released;
+- streaming (rlperf.modes.Streaming): a rollout may split into an *ahead* call with the previous
+  weights and a *main* call with the new ones, and the stages after the rollout run in
+  ``train_parts`` local updates, part ``c`` once ``⌈(c+1)·B·G/k⌉`` responses have finished.
 
 Dynamic sampling (DAPO) runs generation in rounds of ``gen_batch_multiplier`` x prompts until
 ``ceil(1 / (multiplier * keep_rate))`` rounds have produced enough mixed groups (the expected
@@ -95,6 +98,8 @@ class _Iter:
 
     kept_seq_tokens: np.ndarray | None = None  # prompt + response tokens per kept response
     kept_order: np.ndarray | None = None  # kept responses sorted by finish time (fusion chunks)
+    kept_finish_s: np.ndarray | None = None  # absolute finish time per kept response (train parts)
+    finished: int = 0  # responses of this iteration finished by the rollout calls so far
     round_seq_tokens: np.ndarray | None = None  # every response finished by the latest rollout call
     generated_tokens: float = 0.0
     staleness: list[int] = field(default_factory=list)
@@ -137,6 +142,10 @@ class Simulator:
         )
         # The engine sleeps while training on its GPUs; waking it loads the newest weights.
         self.staleness_bound = self.mode.effective_staleness(self.colocated_switch)
+        # Streaming: the share of a batch generated ahead with the previous weights, and the
+        # local updates that consume a batch as it streams in (1: the whole batch at once).
+        self.ahead = self.mode.ahead_share(self.colocated_switch) if self.rounds == 1 else 0.0
+        self.parts = self.mode.train_parts(self.colocated_switch)
         self.budget = self.mode.token_budget
         self.fusion = self.mode.fusion if self.mode.allows_fusion and self.gen_rounds.allows_fusion else None
         # Measured iterations, then the drain that keeps the pipeline full (not reported).
@@ -215,7 +224,29 @@ class Simulator:
         p, r = cfg.sample(it * 1000 + rnd, prompts)
         return np.asarray(p, dtype=np.int64), np.asarray(r, dtype=np.int64)
 
-    def _rollout_run(self, it: int, rnd: int, greedy: bool) -> TaskFn:
+    def _fresh_batch(self, it: int, rnd: int, greedy: bool) -> RolloutBatch:
+        p, r = self._new_requests(it, rnd)
+        g = r.shape[1]
+        if greedy:  # ReMax: one greedy response per prompt; its length follows the first sample
+            return RolloutBatch(p, r[:, 0].copy(), np.zeros(len(p), np.int64), np.arange(len(p), dtype=np.int64))
+        return RolloutBatch(
+            np.repeat(p, g), r.reshape(-1), np.zeros(r.size, np.int64), np.repeat(np.arange(len(p), dtype=np.int64), g)
+        )
+
+    def _stop_after(self, it: int, phase: str) -> int | None:
+        """Finished responses after which a streaming call stops: the ahead share, or what the
+        batch still lacks (the main call); other modes ask the mode."""
+        want = self.cfg.prompts_per_step * self.cfg.group_size
+        if phase == "ahead":
+            return max(1, math.ceil(self.ahead * want))
+        if phase == "main":
+            return want - self.iters[it].finished
+        return self.mode.stop_after_finished(want)
+
+    def _rollout_run(self, it: int, rnd: int, greedy: bool, phase: str = "whole") -> TaskFn:
+        """One rollout call. ``phase``: ``whole`` (the iteration's only call), ``ahead``
+        (streaming: admits the fresh requests, stops after the ahead share) or ``main``
+        (streaming: resumes the requests in flight with the new weights)."""
         budget = self.budget
         engine = self.engine
 
@@ -223,20 +254,19 @@ class Simulator:
             gpus = sum(grant.values())
             pool = next(iter(grant))
             state = self.iters[it]
-            p, r = self._new_requests(it, rnd)
-            g = r.shape[1]
-            if greedy:  # ReMax: one greedy response per prompt; its length follows the first sample
-                fresh = RolloutBatch(p, r[:, 0].copy(), np.zeros(len(p), np.int64), np.arange(len(p), dtype=np.int64))
-            else:
-                fresh = RolloutBatch(
-                    np.repeat(p, g), r.reshape(-1), np.zeros(r.size, np.int64), np.repeat(np.arange(len(p), dtype=np.int64), g)
-                )
+            fresh = self._fresh_batch(it, rnd, greedy if phase != "main" else False)
+            if phase == "main":  # nothing new: the batch's requests were admitted by the ahead call
+                fresh = RolloutBatch(*(a[:0] for a in (fresh.prompt_tokens, fresh.target_tokens,
+                                                       fresh.generated_tokens, fresh.group_ids)))
             carry_over = self.mode.carries_unfinished and not greedy
             batch, versions = engine.admit(fresh, carry_over)
+            stop = self._stop_after(it, phase) if carry_over else None
+            if batch.num_requests == 0 or (stop is not None and stop <= 0):
+                # The ahead call already finished the batch (or nothing is in flight).
+                return TaskRun(0.0, milestones=self._part_milestones(it, np.zeros(0), 0.0, final=True))
             before = int(batch.generated_tokens.sum())
             # ReMax's greedy baseline is needed whole in the same step: never budgeted.
             if carry_over:
-                stop = self.mode.stop_after_finished(self.cfg.prompts_per_step * self.cfg.group_size)
                 out: RolloutOutcome = self.costs.rollout(batch, gpus, budget, stop)
             else:
                 out = self.costs.rollout(batch, gpus, None)
@@ -246,13 +276,18 @@ class Simulator:
             self._record(it, "generate_greedy" if greedy else "generate", out.cost)
             state.tail_s += out.tail_s
             finished = engine.settle(batch, out, versions, carry_over)
+            prior = state.finished
             if not greedy:
-                self._collect(it, rnd, batch, out, finished, versions)
+                self._collect(it, rnd, batch, out, finished, versions, now, accumulate=phase == "main")
             duration = out.cost.time_s
             releases = tuple(
                 (float(t), pool, out.gpus_per_replica) for t in np.sort(out.replica_finish_s) if t < duration - 1e-12
             )
             milestones = self._milestones(it, rnd, out)
+            if not greedy and self.parts > 1:
+                fin = np.sort(out.finish_s[finished])
+                milestones += self._part_milestones(it, np.minimum(fin, duration), duration,
+                                                    final=phase != "ahead", prior=prior)
             track = f"{pool}"
             stage = "generate_greedy" if greedy else "generate"
             # Engine segments are named "<stage>/<prefill|decode>", one track per replica.
@@ -264,15 +299,43 @@ class Simulator:
 
         return run
 
+    def _part_milestones(self, it: int, fin: np.ndarray, end_s: float, final: bool,
+                         prior: int = 0) -> tuple[tuple[float, str], ...]:
+        """Events ``gen#<it>:part<c>`` for the local updates of a streamed batch: part ``c``
+        fires when the batch's ``⌈(c+1)·B·G/k⌉``-th response finishes (``fin``: this call's
+        finish offsets, sorted; ``prior``: responses finished by earlier calls). The call that
+        completes the batch (``final``) fires the parts not reached yet at its end."""
+        if self.parts <= 1:
+            return ()
+        want = self.cfg.prompts_per_step * self.cfg.group_size
+        out: list[tuple[float, str]] = []
+        for c in range(self.parts):
+            need = math.ceil((c + 1) * want / self.parts)
+            if need <= prior:
+                continue  # fired by an earlier call
+            if need - prior <= len(fin) and c < self.parts - 1:
+                out.append((float(fin[need - prior - 1]), f"gen#{it}:part{c}"))
+            elif final:
+                out.append((float(end_s), f"gen#{it}:part{c}"))
+        return tuple(out)
+
     def _collect(self, it: int, rnd: int, batch: RolloutBatch, out: RolloutOutcome,
-                 finished: np.ndarray, versions: np.ndarray) -> None:
-        """Decide which finished responses training sees in iteration ``it``."""
+                 finished: np.ndarray, versions: np.ndarray, start_s: float = 0.0,
+                 accumulate: bool = False) -> None:
+        """Decide which finished responses training sees in iteration ``it`` (``accumulate``:
+        a streaming main call adds to what its ahead call finished)."""
         state = self.iters[it]
         seq = (batch.prompt_tokens + batch.target_tokens)[finished]
         fin_t = out.finish_s[finished]
         ver = versions[finished]
         cfg = self.cfg
         want = cfg.prompts_per_step * cfg.group_size
+        state.finished += int(finished.sum())
+        fin_abs = start_s + fin_t
+        if accumulate and state.kept_seq_tokens is not None and state.kept_finish_s is not None:
+            seq = np.concatenate([state.kept_seq_tokens, seq])
+            fin_abs = np.concatenate([state.kept_finish_s, fin_abs])
+            fin_t = fin_abs
         if self.gen_rounds.filters:
             # Kept groups: the first ones generated (filtering keeps whole groups; which ones is
             # decided by rewards, which the performance model does not know, so take them in order).
@@ -282,8 +345,12 @@ class Simulator:
             seq, fin_t, ver = seq[:take], fin_t[:take], ver[:take]
             if prev is not None:
                 seq = np.concatenate([prev, seq])
-        state.round_seq_tokens = (batch.prompt_tokens + batch.target_tokens)[finished]
+        round_seq = (batch.prompt_tokens + batch.target_tokens)[finished]
+        if accumulate and state.round_seq_tokens is not None:
+            round_seq = np.concatenate([state.round_seq_tokens, round_seq])
+        state.round_seq_tokens = round_seq
         state.kept_seq_tokens = seq
+        state.kept_finish_s = fin_abs if len(fin_abs) == len(seq) else None
         # Completion order of the kept responses: fusion waves take them in this order.
         state.kept_order = np.argsort(fin_t, kind="stable") if len(fin_t) == len(seq) else np.arange(len(seq))
         state.staleness.extend(int(it - v) for v in ver)
@@ -356,6 +423,17 @@ class Simulator:
                 if rnd > 0:  # another round only after the previous one was scored
                     rdeps = rdeps + (f"reward#{it}.r{rnd - 1}",)
                 tname = name if rnd == rounds - 1 else f"{name}.r{rnd}"
+                if self.ahead > 0 and not greedy:
+                    # Streaming: the ahead call follows the previous batch's last call, with
+                    # the weights synced so far; the main call waits for this batch's weights.
+                    adeps = deps + ((f"{st.name}#{it - 1}",) if it else ())
+                    v_ahead = self.mode.weights_for_rollout(it, self.colocated_switch) - 1
+                    adeps += (f"sync#{v_ahead}",) if v_ahead >= 1 else ()
+                    self._add(f"{name}.ahead", st.name, prio + (rnd, -1), adeps, "generate",
+                              self._rollout_run(it, rnd, greedy, "ahead"), it)
+                    rdeps = rdeps + (f"{name}.ahead",)
+                    self._add(tname, st.name, prio + (rnd,), rdeps, "generate", self._rollout_run(it, rnd, greedy, "main"), it)
+                    continue
                 self._add(tname, st.name, prio + (rnd,), rdeps, "generate", self._rollout_run(it, rnd, greedy), it)
                 if rnd < rounds - 1:
                     self._add(f"reward#{it}.r{rnd}", "reward", (it, 1 + order, rnd, 1), (tname,),
@@ -365,12 +443,15 @@ class Simulator:
                 self._add(f"to_train#{it}", "phase_switch", prio + (99,), (name,), "actor",
                           self._simple_run(it, "phase_switch", lambda g: self.costs.phase_switch(g, "train")), it)
             return
-        if st.kind == "driver":
-            self._add(name, st.name, prio, deps, None, _instant, it)
-            return
         extra: tuple[str, ...] = ()
         if self.colocated_switch and self.assign[_pool_key(st)] == self.assign["generate"]:
             extra = (f"to_train#{it}",)
+        if self.parts > 1:
+            self._add_parts(it, name, st, prio, extra)
+            return
+        if st.kind == "driver":
+            self._add(name, st.name, prio, deps, None, _instant, it)
+            return
         key: str | None = st.role
         fn: Callable[[int], StageCost]
         if st.kind == "reward":
@@ -395,9 +476,33 @@ class Simulator:
         self._add(name, st.name, prio + (chunks,), tuple(f"{name}.c{c}" for c in range(chunks)), None,
                   _instant, it)
 
+    def _add_parts(self, it: int, name: str, st: StageDef, prio: tuple[int, ...], extra: tuple[str, ...]) -> None:
+        """A stage after a streamed rollout as ``train_parts`` local updates: part ``c`` waits
+        for the batch's part-``c`` responses (or part ``c`` of the stages it reads) and for its
+        own part ``c - 1``; a join named like the stage closes them."""
+        names = [f"{name}.p{c}" for c in range(self.parts)]
+        for c, pname in enumerate(names):
+            deps = tuple(
+                f"gen#{it}:part{c}" if d == "generate"
+                else f"{d}#{it}" if self.cfg.algorithm.stage(d).kind == "generate"
+                else f"{d}#{it}.p{c}"
+                for d in st.deps
+            ) + ((names[c - 1],) if c else ()) + extra
+            if st.kind == "driver":
+                self._add(pname, st.name, prio + (c,), deps, None, _instant, it)
+                continue
+            key = self._reward_key() if st.kind == "reward" else st.role
+            pfn: Callable[[int], StageCost] = (
+                partial(self._reward_cost, it, part=c) if st.kind == "reward"
+                else partial(self._pass_cost, self.costs.forward if st.kind == "forward" else self.costs.train, it, st,
+                             part=c)
+            )
+            self._add(pname, st.name, prio + (c,), deps, key, self._simple_run(it, st.name, pfn), it)
+        self._add(name, st.name, prio + (self.parts,), tuple(names), None, _instant, it)
+
     def _pass_cost(self, cost: Callable[[str, np.ndarray, int, str], StageCost], it: int, st: StageDef, gpus: int,
-                   chunk: int | None = None) -> StageCost:
-        seq = self._kept(it, chunk)
+                   chunk: int | None = None, part: int | None = None) -> StageCost:
+        seq = self._kept(it, chunk, part)
         if len(seq) == 0:
             return _no_work(st.name, gpus)
         return cost(st.role, seq, gpus, st.name)
@@ -405,17 +510,28 @@ class Simulator:
     def _reward_key(self) -> str | None:
         return "reward_model" if self.cfg.reward_on_gpu else None
 
-    def _reward_cost(self, it: int, gpus: int, chunk: int | None = None) -> StageCost:
+    def _reward_cost(self, it: int, gpus: int, chunk: int | None = None, part: int | None = None) -> StageCost:
         # The reward scores everything generated (incl. responses later filtered out).
         st = self.iters[it]
-        seq = st.round_seq_tokens if chunk is None and st.round_seq_tokens is not None else self._kept(it, chunk)
+        whole = chunk is None and part is None
+        seq = st.round_seq_tokens if whole and st.round_seq_tokens is not None else self._kept(it, chunk, part)
         if len(seq) == 0:
             return _no_work("reward", gpus)
         return self.costs.reward(seq, gpus)
 
-    def _kept(self, it: int, chunk: int | None = None) -> np.ndarray:
+    def _kept(self, it: int, chunk: int | None = None, part: int | None = None) -> np.ndarray:
         st = self.iters[it]
         assert st.kept_seq_tokens is not None, f"iteration {it}: no rollout data yet"
+        if part is not None:
+            # Local update ``part``: the responses ranked ``[⌈c·n/k⌉, ⌈(c+1)·n/k⌉)`` in finishing
+            # order (n = B·G); the last part takes every response left.
+            assert st.kept_finish_s is not None
+            order = np.argsort(st.kept_finish_s, kind="stable")
+            want = self.cfg.prompts_per_step * self.cfg.group_size
+            lo = math.ceil(part * want / self.parts)
+            hi = len(order) if part == self.parts - 1 else math.ceil((part + 1) * want / self.parts)
+            part_tokens: np.ndarray = st.kept_seq_tokens[order[lo:hi]]
+            return part_tokens
         if chunk is None:
             return st.kept_seq_tokens
         assert st.kept_order is not None and self.fusion is not None
@@ -593,7 +709,7 @@ class Simulator:
             for p in self.pool_gpus:
                 work_by_pool.setdefault(p, []).append(work.get(p, 0.0))
                 serial_by_pool.setdefault(p, []).append(serial.get(p, 0.0))
-        s = self.staleness_bound
+        s = self.mode.bound_staleness(self.colocated_switch)
         # Iterations differ (each draws its own lengths): the least of them bounds every step
         # of the window, whose mean the simulator reports.
         lb = max(

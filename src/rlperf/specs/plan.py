@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from rlperf.inputs.ranges import FusionChunks, NumGpus, NumTokens, Staleness
+from rlperf.inputs.ranges import FusionChunks, NumGpus, NumTokens, Staleness, TrainParts
 from rlperf.specs.base import Spec
 from rlperf.specs.parallel import EngineLayout, TrainLayout
 
@@ -93,8 +93,14 @@ class ExecutionMode(Spec):
     # training takes a batch as soon as enough samples have finished, and at each weight update
     # the in-flight requests are interrupted and resumed with the new weights (KV re-prefilled).
     # ``staleness_threshold``: verl's fraction of a batch the rollout may run ahead of the
-    # trainer (0.5 = half a batch in flight; fresh requests wait for ⌊threshold⌋ versions back).
+    # trainer (0.5 = half a batch in flight; fresh requests wait for ⌊threshold⌋ versions back,
+    # and the fractional part of a batch is generated with the previous weights while the
+    # trainer finishes its update).
     staleness_threshold: float = Field(default=0.0, ge=0.0, le=64.0)
+    # Streaming: the trainer takes the sync batch in ``train_parts`` local updates, each as soon
+    # as its share of the responses has finished (verl fully_async
+    # ``trigger_parameter_sync_step``, each local update ``require_batches`` mini-batches).
+    train_parts: TrainParts = 1
     # In-flight weight updates (PipelineRL, slime): the new weights are pushed while the engine
     # keeps decoding; the transfer does not pause the rollout GPUs.
     inflight_weight_updates: bool = False
@@ -105,6 +111,8 @@ class ExecutionMode(Spec):
             raise ValueError("one_step_off has staleness 1 (use kind='async' for other bounds)")
         if self.kind == "partial_rollout" and self.token_budget is None:
             raise ValueError("partial_rollout needs token_budget")
+        if self.train_parts > 1 and self.kind != "streaming":
+            raise ValueError("train_parts > 1 needs kind='streaming' (the trainer consumes a streamed batch in parts)")
         return self
 
     @property

@@ -265,7 +265,7 @@ def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch:
     assert [c.split for c in cf.cases] == ["calibration"] * 4 + ["holdout"]
     seen_ids: set[str] = set()
 
-    def fake_run(cases, scale=(), jobs=1, profile_path=None):  # type: ignore[no-untyped-def]
+    def fake_run(cases, scale=(), jobs=1, profile_path=None, pool=None):  # type: ignore[no-untyped-def]
         f = dict(scale)
         out = []
         for c in cases:
@@ -277,7 +277,8 @@ def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch:
 
     monkeypatch.setattr(cal, "run_cases", fake_run)
     res = cal.fit(cf.cases)
-    assert res.factor_map == {"compute": 1.15, "decode": 0.8, "engine_step": 0.0, "engine_load": 0.0, "sync_tensor": 1e-3}
+    assert res.factor_map == {"compute": 1.15, "decode": 0.8, "engine_step": 0.0, "engine_load": 0.0, "sync_tensor": 1e-3,
+                              "sync_bucket": 0.0, "fsdp_layer": 0.0}
     assert res.objective_after == pytest.approx(0.0, abs=1e-12)
     assert res.objective_before > 0.1
     assert res.num_cases == 3
@@ -289,7 +290,8 @@ def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch:
     assert loaded.matmul_efficiency == pytest.approx(min(1.0, shipped.matmul_efficiency * 1.15), abs=1e-4)
     assert loaded.hbm_efficiency == shipped.hbm_efficiency
     assert loaded.weight_sync_tensor_overhead_s == 1e-3 and loaded.engine_step_overhead_s == 0.0
-    assert cal.describe(res.factors) == "compute x1.15, decode x0.8, engine_load = 0 ms, engine_step = 0 ms, sync_tensor = 1 ms"
+    assert cal.describe(res.factors) == ("compute x1.15, decode x0.8, engine_load = 0 ms, engine_step = 0 ms, "
+                                         "fsdp_layer = 0 ms, sync_bucket = 0 ms, sync_tensor = 1 ms")
 
 
 def test_fit_never_makes_a_metric_of_its_split_worse(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -302,7 +304,7 @@ def test_fit_never_makes_a_metric_of_its_split_worse(monkeypatch: pytest.MonkeyP
         ("a", {}), ("b", {}), ("s", {"metric": {"kind": "stage_time_s", "stages": ["generate"]}})))
     cf = load_cases(_write(tmp_path, _file(*cases)), check=False)
 
-    def fake_run(cases, scale=(), jobs=1, profile_path=None):  # type: ignore[no-untyped-def]
+    def fake_run(cases, scale=(), jobs=1, profile_path=None, pool=None):  # type: ignore[no-untyped-def]
         c = dict(scale).get("compute", 1.0)
         out = []
         for case in cases:

@@ -1,7 +1,8 @@
 """Calibration of generic parameters against the validation cases, with a hold-out.
 
-What is fitted: four *generic* parameters of the HardwareProfile of **every** accelerator
-(nothing is per case or per accelerator):
+What is fitted: *generic* parameters of the HardwareProfile of **every** accelerator (nothing is
+per case or per accelerator); the sync and host figures each belong to one mechanism (a transfer
+path, a training backend):
 
 - ``decode`` scales ``decode_hbm_efficiency`` (how close the rollout's decode steps get to HBM
   bandwidth: engine and kernel quality);
@@ -11,14 +12,19 @@ What is fitted: four *generic* parameters of the HardwareProfile of **every** ac
   at 1;
 - ``engine_step`` sets ``engine_step_overhead_s``: the rollout engine's host-side cost per
   step (scheduler, sampler bookkeeping, output processing), one value for every engine;
-- ``sync_tensor`` sets ``weight_sync_tensor_overhead_s``: the cost of one transfer call of a
-  weight sync (one per tensor tensor by tensor, one per bucket bucketed);
+- ``sync_tensor`` sets ``weight_sync_tensor_overhead_s``: the host cost of one call of the
+  tensor-by-tensor sync (one per checkpoint tensor);
+- ``sync_bucket`` sets ``weight_sync_bucket_overhead_s``: the host cost of one bucket of the
+  bucketed sync (checkpoint-engine). One figure cannot serve both paths: a per-tensor cost fitted
+  on tensor-by-tensor syncs priced a 45k-tensor bucketed refit at tens of seconds;
 - ``engine_load`` sets ``engine_load_tensor_overhead_s``: the engine's reload per checkpoint
-  tensor after a sync (both transfer modes). With verl's per-tensor and checkpoint-engine rows
-  of the same setups the two are told apart.
+  tensor after a sync (both paths). With verl's per-tensor and checkpoint-engine rows of the same
+  setups the three are told apart;
+- ``fsdp_layer`` sets ``fsdp_layer_overhead_s``: the FSDP training backend's host time per layer
+  and micro-batch pass (Megatron's is shipped, fitted on vTrain's iterations).
 
-The three ``set`` parameters have no shipped value (no published figure): their neutral point is
-0 (nothing added).
+The ``set`` parameters have no shipped value (no published figure): their neutral point is 0
+(nothing added).
 
 On what: the cases on the ``calibration`` side of
 :func:`rlperf.validation_cases.calibration_split` (decided by the source document, fixed before
@@ -41,6 +47,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -80,25 +87,39 @@ PARAMS: dict[str, Param] = {
     # Seconds per engine step: 0 to 8 ms (vLLM's v0.5.3 spent ~29% of a Llama-3-8B run's time
     # scheduling, i.e. milliseconds per ~10-30 ms step; the grid spans "none" to "dominant").
     "engine_step": Param("set", ("engine_step_overhead_s",), (0.0, 0.5e-3, 1e-3, 2e-3, 3e-3, 4e-3, 6e-3, 8e-3)),
-    # Seconds per checkpoint tensor: 0 to 2 ms (verl's own syncs: 0.35-1.6 ms per tensor).
+    # Seconds per call of the tensor-by-tensor sync: 0 to 2 ms (verl's syncs leave 0.1-0.9 ms per
+    # tensor beyond their collectives).
     "sync_tensor": Param(
-        "set", ("weight_sync_tensor_overhead_s",), (0.0, 0.1e-3, 0.2e-3, 0.4e-3, 0.7e-3, 1e-3, 1.5e-3, 2e-3)
+        "set", ("weight_sync_tensor_overhead_s",), (0.0, 0.1e-3, 0.2e-3, 0.3e-3, 0.4e-3, 0.5e-3, 0.7e-3, 1e-3, 1.5e-3, 2e-3)
     ),
-    # Seconds per tensor reloaded by the engine: 0 to 1 ms (checkpoint-engine's bucketed syncs in
-    # verl's table: 0.06-0.64 ms per tensor in all).
-    "engine_load": Param("set", ("engine_load_tensor_overhead_s",), (0.0, 0.1e-3, 0.2e-3, 0.4e-3, 0.7e-3, 1e-3)),
+    # Seconds per bucket of the bucketed sync: 0 to 50 ms (a 512 MB bucket: one H2D copy, one
+    # broadcast, one load_weights call of ~1k tensors).
+    "sync_bucket": Param("set", ("weight_sync_bucket_overhead_s",), (0.0, 1e-3, 3e-3, 10e-3, 20e-3, 50e-3)),
+    # Seconds per tensor reloaded by the engine (both paths): 0 to 1 ms.
+    "engine_load": Param(
+        "set", ("engine_load_tensor_overhead_s",), (0.0, 0.05e-3, 0.1e-3, 0.15e-3, 0.2e-3, 0.3e-3, 0.4e-3, 0.7e-3, 1e-3)
+    ),
+    # FSDP's host time per layer and micro-batch pass (hooks, per-layer all-gather launches): the
+    # training backend's own figure; Megatron's (megatron_layer_overhead_s) is shipped, fitted on
+    # vTrain's iterations (docs/validation.md), and stays as shipped. 0 to 4 ms.
+    "fsdp_layer": Param("set", ("fsdp_layer_overhead_s",), (0.0, 0.25e-3, 0.5e-3, 1e-3, 1.5e-3, 2e-3, 3e-3, 4e-3)),
 }
 """Calibration parameter -> how it changes which HardwareProfile fields, and its grid."""
 
 GROUPS: dict[str, tuple[str, ...]] = {name: p.fields for name, p in PARAMS.items()}
 """Calibration parameter -> the HardwareProfile fields it changes."""
 
-BLOCKS: tuple[tuple[str, ...], ...] = (("sync_tensor", "engine_load"), ("decode", "engine_step"), ("compute",))
+BLOCKS: tuple[tuple[str, ...], ...] = (
+    ("sync_tensor", "engine_load"), ("sync_bucket",), ("decode", "engine_step"), ("fsdp_layer",), ("compute",)
+)
 """The coordinate descent's blocks, each searched on its joint grid. ``decode`` and
 ``engine_step`` trade off against each other (both lengthen decode steps; the overhead more for
 small, fast steps): one at a time, the descent stops where neither alone improves (a first
 version stopped at decode x0.6 with 1 ms, where x1.0 with 4 ms fits better). The per-call and
-per-reload sync costs trade off the same way (both are per tensor tensor by tensor)."""
+per-reload sync costs trade off the same way (both are per tensor tensor by tensor). The sync
+blocks come first and are cheap: the stage caches of rlperf.sim.costs key rollouts and training
+stages without the sync figures, so the workers of one pool reuse them from grid point to grid
+point (likewise the training stages across the decode block)."""
 
 FIT_LENGTHS: tuple[str, ...] = ("published", "not_used")
 """Which cases (by Case.lengths) of the calibration split enter the fit."""
@@ -162,20 +183,25 @@ class CalibrationResult:
 
 
 def fit(cases: Sequence[ValidationCase], jobs: int = 1, sweeps: int = 2,
-        progress: Callable[[dict[str, float], float], None] | None = None) -> CalibrationResult:
+        progress: Callable[[dict[str, float], float], None] | None = None,
+        pool: Executor | None = None) -> CalibrationResult:
     """Fit the PARAMS on :func:`fit_cases` of ``cases`` (block coordinate descent on their grids,
     :data:`BLOCKS`). A grid point that makes the median |error| of some metric kind on these
     cases worse than the shipped profiles' is infeasible (objective ``inf``): a calibration never
-    makes its own split worse, and the shipped point is always feasible."""
+    makes its own split worse, and the shipped point is always feasible. Every grid point runs in
+    one pool of ``jobs`` workers (``pool``, or one started here for the whole fit)."""
+    if pool is None and jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as own:
+            return fit(cases, jobs, sweeps, progress, own)
     calib = fit_cases(cases)
-    shipped = run_cases(calib, (), jobs)
+    shipped = run_cases(calib, (), jobs, pool=pool)
     seen: dict[ProfileScale, float] = {}
     order: list[tuple[tuple[tuple[str, float], ...], float]] = []
 
     def objective(f: dict[str, float]) -> float:
         key = as_scale(f)
         if key not in seen:
-            got = run_cases(calib, key, jobs)
+            got = run_cases(calib, key, jobs, pool=pool)
             seen[key] = math.inf if worse_than(got, shipped) else mean_log_error(got)
             order.append((tuple(sorted(f.items())), seen[key]))
             if progress is not None:
@@ -198,7 +224,7 @@ def fit(cases: Sequence[ValidationCase], jobs: int = 1, sweeps: int = 2,
                 changed = True
         if not changed:
             break
-    ok = sum(1 for r in run_cases(calib, as_scale(best), jobs) if r.scored)
+    ok = sum(1 for r in run_cases(calib, as_scale(best), jobs, pool=pool) if r.scored)
     after = objective(best)
     assert after <= before, "the shipped point is a feasible candidate: the fit cannot be worse"
     return CalibrationResult(tuple(sorted(best.items())), ok, before, after, tuple(order))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -296,7 +296,7 @@ def simulate_mapping(key: str, scale: ProfileScale = ()) -> SimSummary | str:
     mapping = json.loads(key)
     try:
         sc = _scaled_profile_scenario(mapping, scale)
-        r = run_scenario(sc)
+        r = run_scenario(sc, timeline=False)  # figures only: no engine segments to keep
     except SpecError as err:
         return str(err)
     samples = float(sc.workload.prompts_per_step * sc.workload.group_size)
@@ -316,14 +316,18 @@ def _simulate_star(args: tuple[str, ProfileScale]) -> SimSummary | str:
     return simulate_mapping(*args)
 
 
-def simulate_all(keys: Sequence[str], scale: ProfileScale = (), jobs: int = 1) -> dict[str, SimSummary | str]:
-    """Simulate every distinct scenario key, in ``jobs`` processes; results keyed by scenario."""
+def simulate_all(keys: Sequence[str], scale: ProfileScale = (), jobs: int = 1,
+                 pool: Executor | None = None) -> dict[str, SimSummary | str]:
+    """Simulate every distinct scenario key, in ``pool`` if given (its workers keep their stage
+    caches from call to call: a calibration reuses one pool for every grid point), else in
+    ``jobs`` fresh processes; results keyed by scenario."""
     uniq = list(dict.fromkeys(keys))
-    if jobs <= 1 or len(uniq) <= 1:
+    if len(uniq) <= 1 or (pool is None and jobs <= 1):
         return {k: simulate_mapping(k, scale) for k in uniq}
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        out = list(pool.map(_simulate_star, [(k, scale) for k in uniq], chunksize=1))
-    return dict(zip(uniq, out))
+    if pool is not None:
+        return dict(zip(uniq, pool.map(_simulate_star, [(k, scale) for k in uniq], chunksize=1)))
+    with ProcessPoolExecutor(max_workers=jobs) as fresh:
+        return dict(zip(uniq, fresh.map(_simulate_star, [(k, scale) for k in uniq], chunksize=1)))
 
 
 def with_profile_file(mapping: Mapping[str, Any], profile_path: str | None) -> dict[str, Any]:
@@ -408,14 +412,14 @@ def case_keys(cases: Iterable[ValidationCase], profile_path: str | None = None) 
 
 
 def run_cases(cases: Sequence[ValidationCase], scale: ProfileScale = (), jobs: int = 1,
-              profile_path: str | None = None) -> tuple[CaseResult, ...]:
-    sims = simulate_all(case_keys(cases, profile_path), scale, jobs)
+              profile_path: str | None = None, pool: Executor | None = None) -> tuple[CaseResult, ...]:
+    sims = simulate_all(case_keys(cases, profile_path), scale, jobs, pool)
     return tuple(predict(c, sims, profile_path) for c in cases)
 
 
 def validate(case_file: CaseFile, jobs: int = 1, scale: ProfileScale = (), profile_path: str | None = None,
-             profile_label: str | None = None) -> ValidationReport:
+             profile_label: str | None = None, pool: Executor | None = None) -> ValidationReport:
     """Run every case of ``case_file`` and summarize."""
-    results = run_cases(case_file.cases, scale, jobs, profile_path)
+    results = run_cases(case_file.cases, scale, jobs, profile_path, pool)
     label = profile_label or (f"profile file {profile_path}" if profile_path else "shipped profiles (uncalibrated)")
     return ValidationReport(results, case_file.skipped, summarize(results), label)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import time
+from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 
 import typer
@@ -126,33 +128,38 @@ def validate_cmd(
     t0 = time.perf_counter()
     cf = load_cases(cases)
     prof = str(profile) if profile is not None else None
-    report = validate(cf, jobs=n_jobs, profile_path=prof)
-    payload: dict[str, object] = {"uncalibrated" if prof is None else "profile": report.to_dict()}
-    if errors_out is not None:
-        import subprocess
+    # One pool for the whole command: its workers keep their stage caches from the uncalibrated
+    # run through every calibration grid point to the calibrated run.
+    pool_cm: contextlib.AbstractContextManager[Executor | None] = (
+        ProcessPoolExecutor(max_workers=n_jobs) if n_jobs > 1 else contextlib.nullcontext(None))
+    with pool_cm as pool:
+        report = validate(cf, jobs=n_jobs, profile_path=prof, pool=pool)
+        payload: dict[str, object] = {"uncalibrated" if prof is None else "profile": report.to_dict()}
+        if errors_out is not None:
+            import subprocess
 
-        from rlperf.accuracy import errors_document
-        from rlperf.outputs import write_text
+            from rlperf.accuracy import errors_document
+            from rlperf.outputs import write_text
 
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent).stdout.strip() or "unknown"
-        write_text(errors_out, errors_document(report.to_dict(), commit))
-    fitted = None
-    if calibrate:
-        from rlperf.calibration import as_scale, describe, fit, write_profile
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=Path(__file__).parent).stdout.strip() or "unknown"
+            write_text(errors_out, errors_document(report.to_dict(), commit))
+        fitted = None
+        if calibrate:
+            from rlperf.calibration import as_scale, describe, fit, write_profile
 
-        fitted = fit(cf.cases, jobs=n_jobs)
-        label = "calibrated: " + describe(fitted.factors)
-        calibrated = validate(cf, jobs=n_jobs, scale=as_scale(fitted.factor_map), profile_label=label)
-        hold = calibrated.stats("step_time_s", "holdout")
-        note = f"Hold-out median |error| on step times: {hold.median_abs_error_pct:.0f}% (n = {hold.num_cases})."
-        path = write_profile(out, fitted, note)
-        payload["calibration"] = {
-            "factors": dict(fitted.factors), "num_cases": fitted.num_cases,
-            "objective_before": fitted.objective_before, "objective_after": fitted.objective_after,
-            "evaluations": [[dict(f), v] for f, v in fitted.evaluations], "profile_file": str(path),
-        }
-        payload["calibrated"] = calibrated.to_dict()
+            fitted = fit(cf.cases, jobs=n_jobs, pool=pool)
+            label = "calibrated: " + describe(fitted.factors)
+            calibrated = validate(cf, jobs=n_jobs, scale=as_scale(fitted.factor_map), profile_label=label, pool=pool)
+            hold = calibrated.stats("step_time_s", "holdout")
+            note = f"Hold-out median |error| on step times: {hold.median_abs_error_pct:.0f}% (n = {hold.num_cases})."
+            path = write_profile(out, fitted, note)
+            payload["calibration"] = {
+                "factors": dict(fitted.factors), "num_cases": fitted.num_cases,
+                "objective_before": fitted.objective_before, "objective_after": fitted.objective_after,
+                "evaluations": [[dict(f), v] for f, v in fitted.evaluations], "profile_file": str(path),
+            }
+            payload["calibrated"] = calibrated.to_dict()
     wall = time.perf_counter() - t0
     if as_json:
         typer.echo(json.dumps(payload, indent=1, default=float))

@@ -12,6 +12,7 @@ A pool of ``g`` GPUs is costed as its own cluster: one node when ``g`` fits in a
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections import OrderedDict
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from rlperf.errors import SpecError
 from rlperf.scenario import Scenario
 from rlperf.sim.interface import RolloutBatch, RolloutOutcome
 from rlperf.sim.kernel import Segment
-from rlperf.specs.hardware import Cluster
+from rlperf.specs.hardware import ROLLOUT_ONLY_FIELDS, SYNC_ONLY_FIELDS, Cluster
 from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout, check_train_layout
 from rlperf.stages.base import StageCost
 from rlperf.stages.rollout_result import RolloutResult
@@ -100,7 +101,8 @@ class AnalyticCosts:
         used = engine.num_gpus
         model, cluster = self.sc.models["actor"], self.cluster(used)
         stop = stop_after_finished if stop_after_finished is not None and stop_after_finished < batch.num_requests else None
-        key = _rollout_key(model.model_dump_json(), cluster.model_dump_json(), engine.model_dump_json(), batch, token_budget, stop)
+        key = _rollout_key(model.model_dump_json(), _cluster_key(cluster, SYNC_ONLY_FIELDS), engine.model_dump_json(),
+                          batch, token_budget, stop)
         r = _ROLLOUTS.get(key)
         if r is None:
             reqs = RolloutRequests.build(batch.prompt_tokens, batch.target_tokens, batch.group_ids, batch.generated_tokens)
@@ -140,7 +142,7 @@ class AnalyticCosts:
         lay = self._train_layout(role, gpus)
         head: Literal["logprobs", "value"] = "value" if role == "critic" else "logprobs"
         model, cluster = self.sc.models[role], self.cluster(lay.world_size)
-        return _memo_stage(("forward", model, cluster, lay, _digest(seq_tokens), name, head),
+        return _memo_stage(("forward", model, _cluster_key(cluster, _TRAIN_IGNORES), lay, _digest(seq_tokens), name, head),
                            lambda: forward_pass(model, cluster, lay, seq_tokens, name=name, head=head))
 
     def train(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str) -> StageCost:
@@ -149,7 +151,7 @@ class AnalyticCosts:
         lay = self._train_layout(role, gpus)
         model, cluster = self.sc.models[role], self.cluster(lay.world_size)
         mb, ep = self.sc.minibatches, self.sc.epochs
-        return _memo_stage(("train", model, cluster, lay, _digest(seq_tokens), name, mb, ep),
+        return _memo_stage(("train", model, _cluster_key(cluster, _TRAIN_IGNORES), lay, _digest(seq_tokens), name, mb, ep),
                            lambda: train_step(model, cluster, lay, seq_tokens, num_minibatches=mb, epochs=ep, name=name,
                                               head="value" if role == "critic" else "logprobs"))
 
@@ -206,6 +208,17 @@ _STAGES_MAX = 1024
 def _digest(a: np.ndarray) -> bytes:
     arr = np.ascontiguousarray(a, dtype=np.int64)
     return hashlib.blake2b(arr.size.to_bytes(8, "little") + arr.tobytes(), digest_size=16).digest()
+
+
+_TRAIN_IGNORES = SYNC_ONLY_FIELDS | ROLLOUT_ONLY_FIELDS
+
+
+def _cluster_key(cluster: Cluster, ignore: frozenset[str]) -> str:
+    """The cluster as a cache key, without the profile fields the stage never reads: a
+    calibration that moves only the sync (or engine) figures reuses the other stages."""
+    data = cluster.model_dump(mode="json")
+    data["profile"] = {k: v for k, v in data["profile"].items() if k not in ignore}
+    return json.dumps(data, sort_keys=True)
 
 
 def _memo_stage(key: tuple[object, ...], fn: Callable[[], StageCost]) -> StageCost:

@@ -74,6 +74,20 @@ class Accelerator(Spec):
         return min(self.intra_node_bandwidth_bytes_per_s, (ranks_per_node - 1) * link)
 
 
+SYNC_ONLY_FIELDS: frozenset[str] = frozenset(
+    {"weight_sync_tensor_overhead_s", "weight_sync_bucket_overhead_s", "engine_load_tensor_overhead_s"}
+)
+"""HardwareProfile fields only the weight sync reads (rlperf.stages.weight_sync)."""
+
+ROLLOUT_ONLY_FIELDS: frozenset[str] = frozenset(
+    {"decode_hbm_efficiency", "engine_step_overhead_s", "engine_layer_overhead_s", "engine_seq_overhead_s",
+     "moe_routing_imbalance"}
+)
+"""HardwareProfile fields only the rollout engine reads (rlperf.stages.rollout_step): a
+simulation's training and forward stages are the same whatever their values, so the stage
+caches (rlperf.sim.costs) key those stages without them (tests/test_stage_cache_keys.py)."""
+
+
 class HardwareProfile(Spec):
     """Achieved efficiencies and latencies for one accelerator (fractions of peak, seconds).
 
@@ -121,10 +135,11 @@ class HardwareProfile(Spec):
     # processing its sampled token): grows with the batch (stages.rollout_step). A host-CPU
     # figure, the same for every accelerator (vLLM V1's decode gap, profiles.yaml). None: nothing.
     engine_seq_overhead_s: OverheadSeconds | None = 2.15e-5
-    # Host-side cost of one transfer call of a trainer -> engine weight sync: one call per tensor
-    # tensor by tensor (verl's default), one per bucket bucketed (WeightSync.transfer;
-    # stages.weight_sync). None: nothing.
+    # Host-side cost of a trainer -> engine weight sync per call (stages.weight_sync), one figure
+    # per path (WeightSync.transfer): per checkpoint tensor tensor by tensor (verl's default NCCL
+    # loop), per bucket bucketed (checkpoint-engine). None: nothing.
     weight_sync_tensor_overhead_s: OverheadSeconds | None = None
+    weight_sync_bucket_overhead_s: OverheadSeconds | None = None
     # NCCL protocols (cost.collectives): the bandwidth protocol (Simple/LL128) pays a fixed
     # start-up of collective_simple_latency_s per call on top of the per-step alphas; the
     # low-latency protocol (LL) pays none but reaches collective_ll_bandwidth_fraction of the

@@ -128,8 +128,8 @@ class WeightSync(Spec):
 
     - ``per_tensor``: one transfer call per checkpoint tensor (verl's default NCCL / IPC sync:
       gather, send and ``load_weights`` tensor by tensor).
-    - ``bucketed``: tensors packed into buckets of ``bucket_bytes``, one transfer call per bucket,
-      transfer and engine reload pipelined (checkpoint-engine, SGLang/vLLM bucketed updates)."""
+    - ``bucketed``: tensors packed into buckets of ``bucket_bytes``, one transfer call per bucket
+      (checkpoint-engine, SGLang/vLLM bucketed updates); the engine still loads tensor by tensor."""
 
     transfer: Literal["per_tensor", "bucketed"] = "per_tensor"
     bucket_bytes: float = Field(default=512e6, gt=0)

@@ -1,47 +1,50 @@
 """Moving weights between the trainer and the rollout engine, and on/off the GPU between phases.
 
-Three mechanisms, each returning a :class:`StageCost`. Each is one collective (or one PCIe copy)
-on the iteration's dependency chain: nothing else of the stage can run beside it, so its depth is
-its time (``depth_s = time_s``) and its work is only the device-memory copies (communication is
-not work), so ``lower_bound_s() == time_s``.
+(a) and (b) below follow how the frameworks' syncs run (verl's ``per_tensor_generator`` and
+fully-async ``sync_rollout_weights`` / ``CheckpointEngine.update_checkpoint``; OpenRLHF and
+slime broadcast the same way), tensor by tensor through one loop on every rank:
 
-(a) :func:`reshard_colocated` -- the trainer and the engine share GPUs (verl's hybrid engine,
-    DeepSpeed-Chat, NeMo-RL colocated). Every GPU must end up holding its engine shard,
-    ``W / (tp_e x pp_e)`` of the weights (the fullest stage, :mod:`rlperf.cost.memory_params`),
-    and already holds its training shard, ``W / (tp_t x pp_t)`` further divided by ``dp x cp``
-    under ZeRO-3. When the engine shard is larger it is all-gathered from the
-    ``g = engine shard / training shard`` ranks holding its pieces, nearest ranks first
-    (NVLink, plus the NIC once ``g`` spans nodes): the 3D-HybridEngine's regrouping (Sheng et al.
-    2024, "HybridFlow", §5.4). ``gather_full_model=True`` instead gathers every full tensor on
-    every rank, then keeps the engine's slice (verl's FSDP backend: ``DTensor.full_tensor`` per
-    parameter). Gathers run in the training ``param_dtype`` (verl's FSDP keeps fp32 weights);
-    the engine then copies its shard into its own buffers (one HBM read + write).
-(b) :func:`broadcast_disaggregated` -- trainer and engine on separate GPUs (one-step-off /
-    fully asynchronous recipes, OpenRLHF, slime, NeMo-RL). Each of the engine's
-    ``tp_e x pp_e`` shards is broadcast, in the engine dtype, from one trainer GPU to the
-    matching GPU of every replica, all shards at once over separate NICs (rail-optimized
-    fabric). NCCL pipelines a broadcast as a chain, so a shard of ``n`` bytes takes
-    ``n / (NIC x efficiency)`` plus one latency per hop (:func:`rlperf.cost.collectives.broadcast`).
-    The sending trainer GPU first gathers its shard from the training layout as in (a); as in
-    verl's tensor-by-tensor sync, gather and broadcast alternate per tensor and are not overlapped.
+1. **Gather** each checkpoint tensor whole on every trainer rank, from the training layout
+   (:func:`gather_full_tensors`): with pipeline parallelism the owning stage broadcasts the
+   tensor's name, then the tensor, to the other stages (two broadcasts per Megatron tensor over
+   the ``pp`` group); tensor-parallel pieces are all-gathered over ``tp`` (one call per dense
+   tensor); routed experts are all-gathered over ``ep`` (one call per local expert matrix, each
+   bringing ``ep`` experts), then over ``etp``; ZeRO-3/FSDP shards are all-gathered over the
+   ``dp x cp`` ranks (``DTensor.full_tensor``, one call per tensor). Each call is an alpha-beta
+   collective of :mod:`rlperf.cost.collectives` at the tensor's mean size, so a checkpoint of
+   many small tensors pays the latency of every call.
+2. **Convert** to the engine's names, layout and dtype (QKV / gate-up splits, fp32 -> bf16): one
+   HBM read of the gathered tensor in the training ``param_dtype`` and one write in the engine's.
+3. **Transfer** (disaggregated pools only, (b)): one NCCL broadcast of the *whole* tensor from
+   trainer rank 0 to every rank of verl's ``actor_rollout`` group (all trainer and all engine
+   GPUs; each engine GPU keeps its slice when it loads), a pipelined chain through the group
+   (:func:`rlperf.cost.collectives.broadcast`): per call, one latency per hop plus its bytes
+   over the slowest link. ``per_tensor`` sends one call per checkpoint tensor; ``bucketed``
+   (checkpoint-engine) packs the tensors into ``bucket_bytes`` buckets, one call each, after
+   staging each trainer rank's share of the gathered tensors in pinned host memory (one copy
+   down and one back over PCIe). On shared GPUs (a) the engine reads the gathered tensors in
+   place (the same process, or CUDA IPC handles): no transfer.
+4. **Reload**: the engine's ``load_weights`` copies its slice of each tensor into its buffers
+   (one HBM read and write of its shard) and pays a host cost per tensor (name mapping, the
+   MoE expert loader per expert matrix).
 
-(a) and (b) also pay host-side costs that follow the number of tensors, not the bytes
-(verl's own sync times: 0.12 s for Qwen2.5-Math-7B's ~340 checkpoint tensors, 15.8 s for
-Qwen3-30B-A3B's ~18.9k, 58.6 s for Qwen3-235B-A22B's ~37k, where the bytes take 0.01-1.4 s).
-The plan's :class:`rlperf.specs.plan.WeightSync` says how the transfer goes, and two profile
-figures price it (no profile ships either: they are the framework's, not the hardware's;
-``rlperf validate --calibrate`` fits both on the calibration split):
+Host costs that follow the number of calls, not the bytes, are profile figures (None in every
+shipped profile: no source publishes them; ``rlperf validate --calibrate`` fits each on the
+calibration split), one per path because the paths do different host work per call:
 
-    calls  = N tensors (per_tensor)  or  ceil(engine shard bytes / bucket_bytes) (bucketed)
-    call   = weight_sync_tensor_overhead_s   (one transfer call: handshake, launch, sync)
-    reload = N x engine_load_tensor_overhead_s   (the engine's load_weights, tensor by tensor,
-             on every engine GPU in parallel; MoE checkpoints hold tens of thousands of tensors)
-    per_tensor:  sync = gather + transfer + copy + calls x call + reload     (nothing overlaps)
-    bucketed:    sync = gather + max(transfer, reload) + copy + calls x call  (pipelined)
+    calls_per_tensor = N x weight_sync_tensor_overhead_s   (per_tensor: a Python step, an NCCL
+                                                           launch and a sync per tensor)
+    calls_bucketed   = ceil(bytes / bucket_bytes) x weight_sync_bucket_overhead_s
+    reload           = N x engine_load_tensor_overhead_s   (both paths: load_weights per tensor)
 
-so one per-call figure serves both: a 45k-tensor refit costs 45k calls tensor by tensor and a
-few hundred buckets bucketed. The ``transfer`` is the NCCL broadcast of (b); on shared GPUs
-(a) the engine reads the gathered shard through CUDA IPC handles (the copy).
+    sync = gather + convert + transfer + staging + calls + reload + copy      (nothing overlaps:
+           verl's loop runs each step of a tensor, or a bucket, after the previous one)
+
+with ``N = ModelSpec.num_weight_tensors`` (an MoE checkpoint holds a gate, up and down matrix per
+expert: 18.9k tensors for Qwen3-30B-A3B, 44.5k for DeepSeek-V3). Stage semantics: the sync is
+one chain on the iteration's critical path, ``depth_s = time_s``; its work is the device-memory
+copies only (communication and host time are not work).
+
 (c) :func:`offload_states` / :func:`engine_sleep` -- model states cross PCIe between phases:
     verl's ``param_offload`` / ``optimizer_offload`` (weights, gradients and optimizer states of
     a training layout, sizes from :func:`rlperf.cost.memory.train_memory`), and vLLM's sleep
@@ -54,6 +57,7 @@ few hundred buckets bucketed. The ``transfer`` is the NCCL broadcast of (b); on 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 from rlperf.cost.collectives import CommGroup, all_gather, broadcast, group_for
@@ -68,59 +72,163 @@ from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout
 from rlperf.specs.plan import WeightSync
 from rlperf.stages.base import StageCost
 
+NAME_BYTES = 256.0
+"""A pickled tensor name broadcast over the pipeline stages (latency-bound whatever its size)."""
+
+MEGATRON_EXPERT_MATRICES = 2
+"""Megatron keeps a routed expert as two matrices (``linear_fc1`` with gate and up fused,
+``linear_fc2``): the gather loop iterates over these, the checkpoint holds three."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a sync moves: the checkpoint's tensors (the layout ``load_weights`` reads)."""
+
+    num_tensors: int
+    num_expert_tensors: int  # routed-expert matrices (a gate, up and down per expert)
+    params: float
+    expert_params: float
+
+    @classmethod
+    def of(cls, model: ModelSpec) -> Checkpoint:
+        moe = model.moe
+        experts = 0 if moe is None else model.num_moe_layers * moe.num_experts * model.mlp.num_matrices
+        return cls(model.num_weight_tensors, experts, float(model.num_params), float(model.breakdown.experts))
+
+    @property
+    def num_dense_tensors(self) -> int:
+        return self.num_tensors - self.num_expert_tensors
+
+    @property
+    def dense_params(self) -> float:
+        return self.params - self.expert_params
+
+
+@dataclass(frozen=True)
+class Gather:
+    """Assembling every checkpoint tensor whole on each trainer rank (step 1)."""
+
+    time_s: float
+    bytes_sent_per_rank: float
+    calls: int
+    terms: tuple[tuple[str, float], ...]  # (group, seconds): pp_broadcast, tp_gather, ep_gather, ...
+
+
+def _calls(cluster: Cluster, name: str, calls: int, total_bytes: float, group: CommGroup,
+           kind: Literal["gather", "broadcast"]) -> tuple[str, float, float, int]:
+    """``calls`` collectives over ``group`` moving ``total_bytes`` in all, at their mean size."""
+    if calls == 0 or group.size == 1:
+        return name, 0.0, 0.0, 0
+    each = total_bytes / calls
+    cost = all_gather(cluster, each, group) if kind == "gather" else broadcast(cluster, each, group)
+    return name, calls * cost.time_s, calls * cost.bytes_sent_per_rank, calls
+
+
+def gather_full_tensors(model: ModelSpec, cluster: Cluster, layout: TrainLayout) -> Gather:
+    """Step 1 of the module docstring: the collectives of a per-tensor generator under ``layout``
+    (ranks numbered tp innermost, then cp and dp, pp outermost, as Megatron orders them)."""
+    ck = Checkpoint.of(model)
+    b = bytes_per(layout.param_dtype)
+    tp, pp, ep, etp = layout.tp, layout.pp, layout.ep, layout.expert_tp
+    dense_b, expert_b = ck.dense_params * b, ck.expert_params * b
+    moe_layers = model.num_moe_layers if model.moe is not None else 0
+    num_experts = model.moe.num_experts if model.moe is not None else 0
+    # Expert matrices the loop visits on each rank (Megatron's fused fc1, fc2 per local expert).
+    local_expert_mats = moe_layers * (num_experts // ep) * MEGATRON_EXPERT_MATRICES
+    megatron_tensors = ck.num_dense_tensors + local_expert_mats
+    stage = layout.world_size // pp
+    rows = [
+        # pp: the owner broadcasts the name, then its (tp/ep-sharded) tensor, to the other stages
+        _calls(cluster, "pp_name", megatron_tensors if pp > 1 else 0, NAME_BYTES * megatron_tensors,
+               group_for(cluster, pp, stride=stage), "broadcast"),
+        _calls(cluster, "pp_broadcast", megatron_tensors if pp > 1 else 0,
+               dense_b / tp + expert_b / (ep * etp), group_for(cluster, pp, stride=stage), "broadcast"),
+        # tp: dense tensors (and experts when they are split like the dense MLP, ep = 1)
+        _calls(cluster, "tp_gather", (ck.num_dense_tensors + (local_expert_mats if ep == 1 else 0)) if tp > 1 else 0,
+               dense_b + (expert_b if ep == 1 else 0.0), group_for(cluster, tp), "gather"),
+        # ep: one all-gather per local expert matrix brings the same matrix of ep experts
+        _calls(cluster, "ep_gather", local_expert_mats if ep > 1 else 0, expert_b / etp,
+               group_for(cluster, ep, stride=etp), "gather"),
+        _calls(cluster, "etp_gather", local_expert_mats * ep if ep > 1 and etp > 1 else 0, expert_b,
+               group_for(cluster, etp), "gather"),
+    ]
+    if layout.zero_stage >= 3 and layout.shard_degree > 1:
+        # FSDP/ZeRO-3: full_tensor() per parameter over the data-parallel ranks
+        rows.append(_calls(cluster, "zero3_gather", ck.num_tensors, ck.params * b,
+                           group_for(cluster, layout.shard_degree, stride=tp), "gather"))
+    terms = tuple((n, t) for n, t, _, _ in rows if t > 0)
+    return Gather(sum(t for _, t, _, _ in rows), sum(s for _, _, s, _ in rows), sum(c for *_, c in rows), terms)
+
 
 def _engine_shard_params(model: ModelSpec, engine: EngineLayout) -> float:
     """Parameters on one GPU of the engine's fullest stage."""
     return max(s.total_params for s in stage_params(model, engine.tp, engine.pp, engine.tp))
 
 
-def _train_shard_params(model: ModelSpec, layout: TrainLayout) -> float:
-    """Weights one GPU of the training layout holds (its fullest stage; ZeRO-3 shards them)."""
-    stages = stage_params(model, layout.tp, layout.pp, layout.expert_shards)
-    if layout.zero_stage < 3:
-        return max(s.total_params for s in stages)
-    n = layout.shard_degree
-    return max(s.dense_params / n + s.expert_params / layout.expert_shard_degree for s in stages)
-
-
-def _gather_to_engine(
-    model: ModelSpec, cluster: Cluster, layout: TrainLayout, engine: EngineLayout, full: bool
-) -> tuple[float, float, int]:
-    """(time, bytes sent per GPU, group size) of assembling one engine shard from the training
-    shards on the ``g`` nearest ranks holding its pieces."""
-    b = bytes_per(layout.param_dtype)
-    if full:
-        target = float(model.num_params)
-        spread = layout.tp * layout.pp * (layout.shard_degree if layout.zero_stage >= 3 else 1)
-    else:
-        target = _engine_shard_params(model, engine)
-        spread = math.ceil(target / _train_shard_params(model, layout) - 1e-9)
-    g = max(1, min(spread, layout.world_size))
-    if g == 1:
-        return 0.0, 0.0, 1
-    cost = all_gather(cluster, target * b, group_for(cluster, g))
-    return cost.time_s, cost.bytes_sent_per_rank, g
-
-
-def _tensor_terms(
-    model: ModelSpec, cluster: Cluster, sync: WeightSync, shard_bytes: float, transfer_s: float
-) -> tuple[float, tuple[tuple[str, float], ...]]:
-    """(time of transfer + per-call + reload, breakdown) under ``sync`` (module docstring)."""
-    n = model.num_weight_tensors
-    per_call = cluster.profile.weight_sync_tensor_overhead_s or 0.0
-    reload = n * (cluster.profile.engine_load_tensor_overhead_s or 0.0)
-    if sync.transfer == "per_tensor":
-        calls = n * per_call
-        return transfer_s + calls + reload, (("broadcast", transfer_s), ("per_tensor", calls), ("reload", reload))
-    calls = math.ceil(shard_bytes / sync.bucket_bytes) * per_call
-    hidden = max(0.0, reload - transfer_s)  # the reload not hidden behind the transfer
-    return transfer_s + hidden + calls, (("broadcast", transfer_s), ("per_bucket", calls), ("reload", hidden))
-
-
-def _copy_in(cluster: Cluster, params: float, dtype: str) -> tuple[float, float]:
-    """(time, HBM bytes) of writing a shard into the engine's buffers: one read, one write."""
-    op = elementwise(cluster, 2 * params * bytes_per(dtype))
+def _elementwise_s(cluster: Cluster, num_bytes: float) -> tuple[float, float]:
+    op = elementwise(cluster, num_bytes)
     return op.time_s, op.bytes
+
+
+@dataclass(frozen=True)
+class _Sync:
+    """The steps of one sync, each a named term of the stage's breakdown (module docstring)."""
+
+    gather: Gather
+    convert_s: float
+    transfer_s: float
+    staging_s: float
+    calls_name: str
+    calls_s: float
+    reload_s: float
+    copy_s: float
+    copy_bytes: float
+
+    @property
+    def time_s(self) -> float:
+        return (self.gather.time_s + self.convert_s + self.transfer_s + self.staging_s + self.calls_s
+                + self.reload_s + self.copy_s)
+
+    def breakdown(self) -> tuple[tuple[str, float], ...]:
+        terms = (*self.gather.terms, ("convert", self.convert_s), ("broadcast", self.transfer_s),
+                 ("host_staging", self.staging_s), (self.calls_name, self.calls_s), ("reload", self.reload_s),
+                 ("copy", self.copy_s))
+        return tuple((k, v) for k, v in terms if v > 0)
+
+
+def _sync_steps(model: ModelSpec, cluster: Cluster, layout: TrainLayout, engine: EngineLayout, sync: WeightSync,
+                transfer_group: CommGroup | None) -> _Sync:
+    """Every step of the module docstring; ``transfer_group`` None: shared GPUs, no transfer."""
+    ck = Checkpoint.of(model)
+    prof = cluster.profile
+    gather = gather_full_tensors(model, cluster, layout)
+    convert_s, _ = _elementwise_s(cluster, ck.params * (bytes_per(layout.param_dtype) + bytes_per(engine.dtype)))
+    full_bytes = ck.params * bytes_per(engine.dtype)
+    bucketed = sync.transfer == "bucketed"
+    calls = math.ceil(full_bytes / sync.bucket_bytes) if bucketed else ck.num_tensors
+    transfer_s = staging_s = 0.0
+    if transfer_group is not None:
+        transfer_s = calls * broadcast(cluster, full_bytes / calls, transfer_group).time_s
+        if bucketed:  # each trainer rank's share: down to pinned host memory, and back per bucket
+            staging_s = 2 * full_bytes / layout.world_size / cluster.accelerator.pcie_bandwidth_bytes_per_s
+    per_call = prof.weight_sync_bucket_overhead_s if bucketed else prof.weight_sync_tensor_overhead_s
+    shard = _engine_shard_params(model, engine)
+    copy_s, copy_bytes = _elementwise_s(cluster, 2 * shard * bytes_per(engine.dtype))
+    return _Sync(
+        gather=gather, convert_s=convert_s, transfer_s=transfer_s, staging_s=staging_s,
+        calls_name="per_bucket" if bucketed else "per_tensor", calls_s=calls * (per_call or 0.0),
+        reload_s=ck.num_tensors * (prof.engine_load_tensor_overhead_s or 0.0), copy_s=copy_s, copy_bytes=copy_bytes,
+    )
+
+
+def _stage(name: str, cluster: Cluster, steps: _Sync, num_gpus: int, engine: EngineLayout, comm_bytes: float,
+           peak_bytes: float) -> StageCost:
+    work = (steps.copy_s - cluster.profile.kernel_launch_s) * engine.num_gpus
+    return StageCost(
+        name=name, time_s=steps.time_s, num_gpus=num_gpus, work_s=max(work, 0.0), depth_s=steps.time_s,
+        hbm_bytes=steps.copy_bytes * engine.num_gpus, comm_bytes=comm_bytes, peak_memory_bytes=peak_bytes,
+        breakdown=steps.breakdown(),
+    )
 
 
 def reshard_colocated(
@@ -130,27 +238,17 @@ def reshard_colocated(
     engine: EngineLayout,
     name: str = "weight_sync",
     *,
-    gather_full_model: bool = False,
     sync: WeightSync = WeightSync(),
 ) -> StageCost:
-    """In-place reshard from the training layout to the engine layout on the same GPUs (a)."""
+    """Trainer and engine on the same GPUs (a): gather, convert, reload; no transfer."""
     check_train_layout(model, layout, "layout")
     check_engine_layout(model, engine, "engine")
     num_gpus = max(layout.world_size, engine.num_gpus)
     if num_gpus > cluster.num_gpus:
         raise SpecError("engine", f"needs {num_gpus} GPUs, the cluster has {cluster.num_gpus}")
-    gather_s, sent, _ = _gather_to_engine(model, cluster, layout, engine, gather_full_model)
-    shard = _engine_shard_params(model, engine)
-    copy_s, copy_bytes = _copy_in(cluster, shard, engine.dtype)
-    tensors_s, terms = _tensor_terms(model, cluster, sync, shard * bytes_per(engine.dtype), 0.0)
-    time_s = gather_s + copy_s + tensors_s
-    work = (copy_s - cluster.profile.kernel_launch_s) * engine.num_gpus
-    return StageCost(
-        name=name, time_s=time_s, num_gpus=num_gpus, work_s=max(work, 0.0), depth_s=time_s,
-        hbm_bytes=copy_bytes * engine.num_gpus, comm_bytes=sent * layout.world_size,
-        peak_memory_bytes=shard * bytes_per(engine.dtype),
-        breakdown=tuple((k, v) for k, v in (("gather", gather_s), ("copy", copy_s), *terms) if v > 0),
-    )
+    steps = _sync_steps(model, cluster, layout, engine, sync, None)
+    return _stage(name, cluster, steps, num_gpus, engine, steps.gather.bytes_sent_per_rank * layout.world_size,
+                  _engine_shard_params(model, engine) * bytes_per(engine.dtype))
 
 
 def broadcast_disaggregated(
@@ -162,34 +260,18 @@ def broadcast_disaggregated(
     *,
     sync: WeightSync = WeightSync(),
 ) -> StageCost:
-    """Broadcast of the engine-dtype weights from the trainer to every rollout replica (b)."""
+    """Trainer and engine on separate GPUs (b): gather, convert, broadcast to every rank, reload."""
     check_train_layout(model, layout, "layout")
     check_engine_layout(model, engine, "engine")
     num_gpus = layout.world_size + engine.num_gpus
     if num_gpus > cluster.num_gpus:
         raise SpecError("engine", f"trainer and engine need {num_gpus} GPUs, the cluster has {cluster.num_gpus}")
-    shard = _engine_shard_params(model, engine)
-    shard_bytes = shard * bytes_per(engine.dtype)
-    gather_s, gather_sent, _ = _gather_to_engine(model, cluster, layout, engine, False)
-    # One sender (on a trainer node) and one receiver per replica; replicas share nodes when
-    # several fit in one, and the shard's receivers then sit one per replica on that node.
-    # On a single node every hop rides NVLink.
-    size = engine.replicas + 1
-    per_node = max(1, min(engine.replicas, cluster.gpus_per_node // engine.gpus_per_replica))
-    group = CommGroup(size=size, ranks_per_node=size if cluster.num_nodes == 1 else per_node)
-    bcast = broadcast(cluster, shard_bytes, group)
-    copy_s, copy_bytes = _copy_in(cluster, shard, engine.dtype)
-    tensors_s, terms = _tensor_terms(model, cluster, sync, shard_bytes, bcast.time_s)
-    time_s = gather_s + copy_s + tensors_s
-    streams = engine.gpus_per_replica
-    work = (copy_s - cluster.profile.kernel_launch_s) * engine.num_gpus
-    return StageCost(
-        name=name, time_s=time_s, num_gpus=num_gpus, work_s=max(work, 0.0), depth_s=time_s,
-        hbm_bytes=copy_bytes * engine.num_gpus,
-        comm_bytes=gather_sent * layout.world_size + bcast.bytes_sent_per_rank * (size - 1) * streams,
-        peak_memory_bytes=shard_bytes,
-        breakdown=tuple((k, v) for k, v in (("gather", gather_s), ("copy", copy_s), *terms) if v > 0),
-    )
+    # verl's actor_rollout group: every trainer and every engine GPU, the pools filling nodes in turn.
+    group = CommGroup(size=num_gpus, ranks_per_node=min(num_gpus, cluster.gpus_per_node))
+    steps = _sync_steps(model, cluster, layout, engine, sync, group)
+    full_bytes = model.num_params * bytes_per(engine.dtype)
+    comm = steps.gather.bytes_sent_per_rank * layout.world_size + full_bytes * (num_gpus - 1)
+    return _stage(name, cluster, steps, num_gpus, engine, comm, _engine_shard_params(model, engine) * bytes_per(engine.dtype))
 
 
 def _pcie_stage(cluster: Cluster, name: str, bytes_per_gpu: float, num_gpus: int, what: str) -> StageCost:

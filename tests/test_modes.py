@@ -173,18 +173,28 @@ def test_colocated_async_is_not_faster_than_sync_with_the_analytic_costs() -> No
         assert a.bounds.lower_bound_s <= a.step_time_s
 
 
-@pytest.mark.parametrize("threshold", [0.1, 0.5, 1.0, 2.0])
-def test_verl_export_and_import_keep_the_streaming_mode_exactly(threshold: float) -> None:
+@pytest.mark.parametrize(("threshold", "parts", "logprobs"),
+                         [(0.1, 1, "rollout"), (0.5, 4, "rollout"), (1.0, 2, "when_needed"), (2.0, 1, "when_needed"),
+                          (0.0, 4, "rollout")])
+def test_verl_export_and_import_keep_the_streaming_mode_exactly(threshold: float, parts: int, logprobs: str) -> None:
     from rlperf.frameworks import export_verl, import_verl
     from rlperf.scenario import load_scenario_spec
 
     spec = load_scenario_spec("grpo-qwen2.5-7b-async-s2")
-    mode = ExecutionMode(kind="streaming", staleness_threshold=threshold)
-    spec = spec.model_copy(update={"plan": spec.plan.model_copy(update={"mode": mode})})
+    mode = ExecutionMode(kind="streaming", staleness_threshold=threshold, train_parts=parts)
+    algorithm = spec.algorithm.model_copy(update={"old_logprob": logprobs, "minibatches": 8})
+    spec = spec.model_copy(update={"plan": spec.plan.model_copy(update={"mode": mode}), "algorithm": algorithm})
     out = export_verl(spec)
-    assert any(a.endswith("async_training.partial_rollout=True") for a in out.args)
+    args = dict(a.lstrip("+").split("=", 1) for a in out.args if "=" in a)
+    # verl's keys: fractional threshold as is, local updates x mini-batches per update = the batch
+    assert float(args["async_training.staleness_threshold"]) == threshold
+    assert int(args["async_training.trigger_parameter_sync_step"]) == parts
+    assert int(args["async_training.require_batches"]) == 8 // parts
+    assert args["async_training.partial_rollout"] == "True"
+    assert args["async_training.use_rollout_log_probs"] == str(logprobs == "rollout")
     back, report = import_verl(None, list(out.args), gpu=spec.cluster.gpu)
     assert back.plan.mode == mode and not report.unknown
+    assert back.algorithm.minibatches == 8 and back.algorithm.old_logprob == logprobs
 
 
 def test_openrlhf_async_with_partial_rollout_is_streaming() -> None:

@@ -13,6 +13,7 @@ import math
 
 from rlperf.frameworks.common import resolved_pools, roles_in_use, run_algorithm, workload_caps, workload_notes
 from rlperf.frameworks.report import ExportResult, fmt_value
+from rlperf.modes import mode_of
 from rlperf.scenario import RewardSpec, Scenario, ScenarioSpec
 from rlperf.specs.parallel import EngineLayout, TrainLayout
 from rlperf.specs.plan import Pool
@@ -124,8 +125,9 @@ def _placement(spec: ScenarioSpec, out: _Out) -> None:
         if plan.offload_between_phases:
             out.set("vllm_enable_sleep")
             out.set("deepspeed_enable_sleep")
-        if plan.mode.kind != "sync":
-            out.missing.append(f"mode {plan.mode.kind} on a colocated pool: OpenRLHF's async trainer keeps vLLM on its own GPUs")
+        mode = mode_of(plan.mode)
+        if not mode.settings.synchronous:
+            out.missing.append(f"mode {mode.label} ({mode.family.replace('_', ' ')}) on a colocated pool: OpenRLHF's async trainer keeps vLLM on its own GPUs")
         return
     if assign["generate"] in (assign[r] for r in ("actor", *roles)):
         out.missing.append("generation sharing GPUs with some but not all models: OpenRLHF colocates vLLM only with --colocate_all_models")
@@ -139,7 +141,7 @@ def _shared_groups(spec: ScenarioSpec, pools: tuple[Pool, ...], assign: dict[str
     actor_pool = assign["actor"]
     on_actor = [r for r in roles if assign[r] == actor_pool]
     if on_actor and set(on_actor) != {"ref"}:
-        if spec.plan.mode.kind == "sync":
+        if mode_of(spec.plan.mode).settings.synchronous:
             out.missing.append(f"{', '.join(on_actor)} on the actor's GPUs: OpenRLHF shares the actor's GPUs beyond the reference only with --colocate_all_models (async, or with vLLM)")
             on_actor = [r for r in on_actor if r == "ref"]
         else:
@@ -170,19 +172,24 @@ def _engines(e: EngineLayout, gpus: int, out: _Out) -> None:
 
 
 def _mode(spec: ScenarioSpec, out: _Out) -> None:
-    mode = spec.plan.mode
-    if mode.fusion:
+    if spec.plan.mode.fusion:
         out.missing.append("stage fusion: OpenRLHF does not stream finished samples into the log-prob passes")
-    if mode.kind == "partial_rollout":
+    if spec.algorithm.old_logprob == "rollout":
+        out.missing.append("old-policy log-probs from the rollout: OpenRLHF recomputes them")
+    st = mode_of(spec.plan.mode).settings
+    if st.token_budget is not None:
         out.missing.append("partial rollout with a token budget: not an OpenRLHF train_ppo_ray argument; written as synchronous")
-    if spec.plan.placement.kind == "colocated" or mode.kind in ("sync", "partial_rollout"):
+    if st.train_parts > 1:
+        out.missing.append(f"{st.train_parts} local updates per batch as it streams in: OpenRLHF trains on whole batches")
+    if spec.plan.placement.kind == "colocated" or st.token_budget is not None or (st.ahead_batches == 0 and not st.interrupts_at_sync):
         return
     out.set("async_train")
-    queue = {"one_step_off": 1, "streaming": max(1, math.ceil(mode.staleness_threshold))}.get(mode.kind, mode.staleness)
+    # OpenRLHF's queue holds whole batches: a fractional threshold rounds up.
+    queue = max(1, math.ceil(st.ahead_batches))
     out.set("async_queue_size", queue)
-    if mode.kind == "streaming":
-        if queue != mode.staleness_threshold:
-            out.missing.append(f"streaming threshold {mode.staleness_threshold:g}: OpenRLHF queues whole batches; written as {queue}")
+    if st.interrupts_at_sync:
+        if queue != st.ahead_batches:
+            out.missing.append(f"streaming threshold {st.ahead_batches:g}: OpenRLHF queues whole batches; written as {queue}")
         out.set("partial_rollout")
 
 

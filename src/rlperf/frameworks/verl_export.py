@@ -25,6 +25,7 @@ from rlperf.frameworks.common import (
     workload_notes,
 )
 from rlperf.frameworks.report import ExportResult, fmt_value
+from rlperf.modes import mode_of
 from rlperf.frameworks.verl_keys import ROLE_BASE, ROLE_FSDP, ROLE_MICRO, ROLE_MODEL, ROLE_RECOMPUTE
 from rlperf.scenario import RewardSpec, Scenario, ScenarioSpec
 from rlperf.specs.parallel import TrainLayout
@@ -160,8 +161,9 @@ def _placement_and_mode(spec: ScenarioSpec, out: _Out) -> tuple[str, ...]:
     pools, assign, total = resolved_pools(spec)
     c = spec.cluster
     gpn = total // c.num_nodes
-    mode = spec.plan.mode
-    if mode.fusion:
+    mode = mode_of(spec.plan.mode)
+    st = mode.settings
+    if spec.plan.mode.fusion:
         out.missing.append("stage fusion: verl does not stream finished samples into the log-prob passes")
     placement = spec.plan.placement
     rollout = pool_size(pools, assign["generate"])
@@ -176,24 +178,34 @@ def _placement_and_mode(spec: ScenarioSpec, out: _Out) -> tuple[str, ...]:
         out.set("actor_rollout_ref.hybrid_engine", True)
         out.set("trainer.nnodes", c.num_nodes)
         out.set("trainer.n_gpus_per_node", gpn)
-        if mode.kind != "sync":
-            out.missing.append(f"mode {mode.kind}: verl's one-step-off and fully-async recipes need a separate rollout pool")
+        if not st.synchronous:
+            out.missing.append(f"mode {mode.label} ({mode.family.replace('_', ' ')}): verl's one-step-off and fully-async recipes need a separate rollout pool")
+        if spec.algorithm.old_logprob == "rollout":
+            out.missing.append("old-policy log-probs from the rollout: only verl's fully-async recipe reuses them")
         return MAIN
     out.set("actor_rollout_ref.hybrid_engine", False)
     _split_pools(c.num_nodes, gpn, rollout, out)
-    if mode.kind == "one_step_off":
+    if st.one_step_pipeline:
         return ONE_STEP
     out.set(f"{ROLLOUT}.mode", "async")
-    if mode.kind == "partial_rollout":
-        out.missing.append("partial rollout with a token budget: verl's fully-async recipe interrupts rollouts at weight syncs; written as async, staleness 1, partial_rollout=True")
-    staleness: float = {"sync": 0, "async": mode.staleness, "partial_rollout": 1, "streaming": mode.staleness_threshold}[mode.kind]
-    if mode.inflight_weight_updates:
+    staleness = st.ahead_batches
+    if st.token_budget is not None:
+        staleness = max(staleness, 1.0)
+        out.missing.append(f"partial rollout with a token budget: verl's fully-async recipe interrupts rollouts at weight syncs; written as staleness {staleness:g}, partial_rollout=True")
+    if st.inflight_weight_updates:
         out.missing.append("in-flight weight updates: verl's rollouter pauses generation for each parameter sync")
+    # One rlperf step = one parameter sync = trigger_parameter_sync_step local updates of
+    # require_batches mini-batches each.
     minibatches = spec.algorithm.minibatches or get_algorithm(spec.algorithm.name).default_minibatches
+    trigger = st.train_parts
+    if minibatches % trigger:
+        out.missing.append(f"{trigger} local updates do not divide {minibatches} mini-batches; written as {minibatches} updates of one")
+        trigger = minibatches
     out.add("async_training.staleness_threshold", staleness)
-    out.add("async_training.trigger_parameter_sync_step", minibatches)
-    out.add("async_training.require_batches", 1)
-    out.add("async_training.partial_rollout", mode.kind in ("partial_rollout", "streaming"))
+    out.add("async_training.trigger_parameter_sync_step", trigger)
+    out.add("async_training.require_batches", minibatches // trigger)
+    out.add("async_training.partial_rollout", st.interrupts_at_sync)
+    out.add("async_training.use_rollout_log_probs", spec.algorithm.old_logprob == "rollout")
     return FULLY_ASYNC
 
 

@@ -6,10 +6,15 @@ Which trainer a configuration is for is read from its keys (the entry point is n
   and trainer on separate pools (``rollout.nnodes x rollout.n_gpus_per_node`` and
   ``trainer.nnodes x trainer.n_gpus_per_node``). One rlperf step is one parameter sync, i.e.
   ``trigger_parameter_sync_step x require_batches`` mini-batches of ``ppo_mini_batch_size``
-  prompts (the recipe README's rule for comparing with the colocated trainer). A staleness
-  threshold ``t > 0`` lets the rollouter run up to ``(1 + t)`` sync periods ahead, so samples are
-  at most ``ceil(t)`` versions old (README: "staleness_threshold = 1 is basically one step off
-  policy"): mode ``async`` with ``staleness = ceil(t)``; ``t = 0`` is synchronous.
+  prompts (the recipe README's rule for comparing with the colocated trainer), trained in
+  ``trigger_parameter_sync_step`` local updates as the samples stream in (``train_parts``). With
+  ``partial_rollout`` the threshold ``t`` is kept exactly (mode ``streaming``: a share ``t`` of a
+  batch runs ahead with the old weights); without it the rollouter waits for its requests at a
+  sync, so samples are at most ``ceil(t)`` versions old (README: "staleness_threshold = 1 is
+  basically one step off policy"): mode ``async`` with ``staleness = ceil(t)``. ``t = 0`` with
+  more than one local update is verl's stream off-policy pipeline (``streaming``, threshold 0);
+  with one, synchronous. ``use_rollout_log_probs`` (default true) drops the old-policy log-prob
+  pass (``algorithm.old_logprob: rollout``).
 - ``rollout.nnodes`` / ``rollout.n_gpus_per_node`` present: the one-step-off recipe
   (``recipe/one_step_off_policy``): disaggregated, mode ``one_step_off``.
 - otherwise the main trainer: everything colocated on ``trainer.nnodes x trainer.n_gpus_per_node``
@@ -152,6 +157,13 @@ class _Importer:
         cluster, placement, train_gpus, rollout_gpus = self._cluster(recipe)
         workload, minibatches = self._batches(recipe)
         algorithm["minibatches"] = minibatches
+        if recipe == "fully_async":
+            key = "async_training.use_rollout_log_probs"
+            if as_bool(key, self.get(key)):
+                self.rec.map(key, True, "old-policy log-probs from the rollout: no old_log_prob pass")
+                algorithm["old_logprob"] = "rollout"
+            else:
+                self.rec.map(key, False, "the trainer recomputes the old-policy log-probs")
         layouts: dict[str, TrainLayout] = {}
         for role in roles:
             layouts[role] = self._layout(role, train_gpus, layouts.get("actor"))
@@ -591,21 +603,28 @@ class _Importer:
         key = "async_training.staleness_threshold"
         t = as_float(key, self.get(key))
         partial_key = "async_training.partial_rollout"
+        # The trainer syncs after ``trigger`` local updates, each on the samples that have
+        # arrived (require_batches mini-batches): rlperf's train_parts.
+        trigger = as_int("async_training.trigger_parameter_sync_step", self.get("async_training.trigger_parameter_sync_step"))
         if t <= 0:
-            self.rec.map(key, t, "synchronous (rollouter waits for each sync)")
             if self.r.has(partial_key):
                 self._mapped(partial_key, "synchronous: nothing runs ahead to interrupt")
-            if self.r.has("async_training.trigger_parameter_sync_step") and self.get("async_training.trigger_parameter_sync_step") != 1:
-                self.rec.assume("mini-batches streaming into training within one sync period are costed as synchronous")
+            if trigger > 1:
+                # verl's "stream off policy pipeline": one batch per version, consumed as it streams.
+                self.rec.map(key, t, f"streaming, threshold 0: the batch waits for each sync; {trigger} local updates as it streams in")
+                return {"kind": "streaming", "staleness_threshold": 0.0, "train_parts": trigger}
+            self.rec.map(key, t, "synchronous (rollouter waits for each sync)")
             return {"kind": "sync"}
         partial = self.r.get(partial_key, None)
         if partial is not None and as_bool(partial_key, partial):
             # The rollouter keeps t x batch in flight and interrupts them at each sync.
-            self.rec.map(key, t, f"streaming, staleness threshold {t:g} (fraction of a batch in flight)")
+            self.rec.map(key, t, f"streaming, staleness threshold {t:g} (fraction of a batch in flight), {trigger} local updates per sync")
             self.rec.map(partial_key, True, "streaming: in-flight requests resume after each sync (KV re-prefilled)")
-            return {"kind": "streaming", "staleness_threshold": t}
+            return {"kind": "streaming", "staleness_threshold": t, "train_parts": trigger}
         staleness = math.ceil(t)
         self.rec.map(key, t, f"async, staleness {staleness} (ceil of the threshold)")
+        if trigger > 1:
+            self.rec.assume(f"{trigger} local updates per sync without partial rollout: the trainer is costed as waiting for the whole batch")
         if partial is not None:
             self.rec.map(partial_key, False, "no interrupted rollouts")
         return {"kind": "async", "staleness": staleness}

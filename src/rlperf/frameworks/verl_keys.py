@@ -123,7 +123,6 @@ IGNORED: tuple[tuple[str, str], ...] = (
     ("reward_model.reward_manager", "reward function dispatch (its cost is the reward spec)"),
     ("reward_model.sandbox_fusion.memory_limit_mb", "sandbox limit"),
     ("reward_model.overlong_buffer.*", "reward shaping"),
-    ("async_training.use_rollout_log_probs", "which log-probs the loss uses"),
     ("async_training.checkpoint_engine.*", "weight-sync transport details"),
     ("rollout.total_rollout_steps", "run length, not step time"),
     ("rollout.total_epochs", "run length, not step time"),
@@ -261,6 +260,7 @@ DEFAULTS: dict[str, Any] = {
     "async_training.staleness_threshold": 0.1,
     "async_training.trigger_parameter_sync_step": 4,
     "async_training.require_batches": 1,
+    "async_training.use_rollout_log_probs": True,
 }
 MEGATRON_DEFAULTS: dict[str, Any] = {
     "tensor_model_parallel_size": 1,

@@ -1,6 +1,7 @@
 """Execution modes and generation rounds as objects (rlperf.modes.execution, .sampling)."""
 
 from rlperf.modes.execution import (
+    AsyncSettings,
     BoundedAsync,
     Fusion,
     Mode,
@@ -13,5 +14,5 @@ from rlperf.modes.execution import (
 )
 from rlperf.modes.sampling import GenerationRounds
 
-__all__ = ["BoundedAsync", "Fusion", "GenerationRounds", "Mode", "OneStepOff", "PartialRollout", "StepParts", "Streaming", "Sync",
+__all__ = ["AsyncSettings", "BoundedAsync", "Fusion", "GenerationRounds", "Mode", "OneStepOff", "PartialRollout", "StepParts", "Streaming", "Sync",
            "mode_of"]

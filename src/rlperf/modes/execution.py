@@ -32,7 +32,7 @@ in ``k`` waves on the responses finished so far (see :class:`Fusion`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from rlperf.specs.plan import ExecutionMode
@@ -67,6 +67,25 @@ class StepParts:
 
 
 @dataclass(frozen=True)
+class AsyncSettings:
+    """A mode in the terms framework configurations use (verl ``async_training.*``, OpenRLHF
+    ``--async_train``/``--async_queue_size``/``--partial_rollout``); exporters read these
+    instead of the mode's kind."""
+
+    ahead_batches: float  # batches the rollout may run ahead of training (verl staleness_threshold)
+    interrupts_at_sync: bool  # in-flight requests pause at a weight update and resume after it
+    train_parts: int  # local updates per batch, each on the responses finished so far
+    token_budget: int | None  # new tokens per response per rollout call (None: no budget)
+    inflight_weight_updates: bool  # the transfer does not pause decoding
+    one_step_pipeline: bool  # exactly one batch ahead, every request run to its end
+
+    @property
+    def synchronous(self) -> bool:
+        """Nothing runs ahead, nothing is interrupted, training waits for the whole batch."""
+        return self.ahead_batches == 0 and not self.interrupts_at_sync and self.train_parts == 1
+
+
+@dataclass(frozen=True)
 class Mode:
     """Base of every execution mode (synchronous behaviour); subclasses override what differs."""
 
@@ -92,6 +111,18 @@ class Mode:
     def family(self) -> Literal["sync", "one_step_off", "async", "partial_rollout"]:
         """The strategy a framework's support matrix lists this mode under."""
         return "sync"
+
+    @property
+    def settings(self) -> AsyncSettings:
+        """This mode in framework terms (see :class:`AsyncSettings`)."""
+        return AsyncSettings(
+            ahead_batches=float(self.staleness),
+            interrupts_at_sync=self.carries_unfinished,
+            train_parts=self.train_parts(False),
+            token_budget=self.token_budget,
+            inflight_weight_updates=self.spec.inflight_weight_updates,
+            one_step_pipeline=False,
+        )
 
     # ---------------------------------------------------------------- rollout
     def weights_for_rollout(self, iteration: int, shared_engine: bool) -> int:
@@ -198,6 +229,10 @@ class OneStepOff(Mode):
         return "one-step-off"
 
     @property
+    def settings(self) -> AsyncSettings:
+        return replace(super().settings, one_step_pipeline=True)
+
+    @property
     def family(self) -> Literal["sync", "one_step_off", "async", "partial_rollout"]:
         return "one_step_off"
 
@@ -282,7 +317,8 @@ class Streaming(Mode):
     """
 
     def _label(self) -> str:
-        return f"streaming τ={self.spec.staleness_threshold:g}"
+        parts = self.spec.train_parts
+        return f"streaming τ={self.spec.staleness_threshold:g}" + (f" ×{parts}" if parts > 1 else "")
 
     @property
     def family(self) -> Literal["sync", "one_step_off", "async", "partial_rollout"]:
@@ -305,6 +341,10 @@ class Streaming(Mode):
     def prompts_ahead(self, prompts_per_step: int) -> int:
         # verl: the rollouter may produce (1 + τ) batches per parameter version.
         return round(self.spec.staleness_threshold * prompts_per_step)
+
+    @property
+    def settings(self) -> AsyncSettings:
+        return replace(super().settings, ahead_batches=self.spec.staleness_threshold)
 
     def ahead_share(self, shared_engine: bool) -> float:
         # On one pool the engine sleeps while training: nothing runs ahead.

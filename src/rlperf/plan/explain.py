@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from rlperf.errors import SpecError
 from rlperf.modes import GenerationRounds, mode_of
 from rlperf.plan.gap import BoundGap, bound_gap
+from rlperf.plan.space import streaming_mode
 from rlperf.scenario import Scenario
 from rlperf.sim.result import SimResult
 from rlperf.specs.plan import ExecutionMode, Placement, Plan
@@ -88,8 +89,10 @@ def variants(sc: Scenario) -> list[tuple[str, Plan]]:
             out.append(("one-step off-policy (staleness 1)", plan.model_copy(update={"mode": ExecutionMode(kind="one_step_off")})))
             out.append(("async, staleness 2", plan.model_copy(update={"mode": ExecutionMode(kind="async", staleness=2)})))
         if not mode.carries_unfinished:
-            out.append(("streaming (threshold 0.5, requests interrupted at each weight update)",
-                        plan.model_copy(update={"mode": ExecutionMode(kind="streaming", staleness_threshold=0.5)})))
+            streaming = streaming_mode(sc.minibatches)
+            out.append((f"streaming (threshold 0.5, requests interrupted at each weight update, "
+                        f"{streaming.train_parts} local updates per sync)",
+                        plan.model_copy(update={"mode": streaming})))
         if plan.placement.kind == "disaggregated" and plan.placement.rollout_gpus is not None:
             g = plan.placement.rollout_gpus
             step = node if total > node else max(1, plan.rollout.tp)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rlperf.errors import SpecError
-from rlperf.modes import GenerationRounds
+from rlperf.modes import GenerationRounds, mode_of
 from rlperf.scenario import Scenario
 from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout, check_train_layout
 from rlperf.specs.plan import ExecutionMode, Placement, Plan, Pool
@@ -163,6 +163,13 @@ def train_layouts(sc: Scenario) -> list[TrainLayout]:
     return out
 
 
+def streaming_mode(minibatches: int, threshold: float = 0.5) -> ExecutionMode:
+    """The streaming candidate: threshold ``τ``, and as many local updates per sync as verl's
+    default ``trigger_parameter_sync_step`` (4) allows with whole mini-batches each."""
+    parts = max(d for d in (4, 2, 1) if minibatches % d == 0)
+    return ExecutionMode(kind="streaming", staleness_threshold=threshold, train_parts=parts)
+
+
 def modes(sc: Scenario, split: bool, opts: SearchOptions) -> list[tuple[ExecutionMode, str]]:
     out: list[tuple[ExecutionMode, str]] = [(ExecutionMode(kind="sync"), "sync")]
     rounds = GenerationRounds.of(sc.algorithm, sc.spec.algorithm.keep_rate)
@@ -172,10 +179,11 @@ def modes(sc: Scenario, split: bool, opts: SearchOptions) -> list[tuple[Executio
         out.append((ExecutionMode(kind="one_step_off"), "one-step-off"))
         if opts.max_staleness >= 2:
             out.append((ExecutionMode(kind="async", staleness=2), "async s=2"))
-            # Fresh requests use the newest weights (⌊τ⌋ = 0); resumed ones keep their start
-            # version, so about τ of the trained responses lag (some by more than one update).
-            streaming = ExecutionMode(kind="streaming", staleness_threshold=0.5)
-            out.append((streaming, "streaming τ=0.5"))
+            # verl fully_async: half a batch runs ahead with the old weights, resumed requests
+            # keep their start version (about τ of the trained responses lag, some by more than
+            # one update), and the trainer takes the batch in local updates as it streams in.
+            streaming = streaming_mode(sc.minibatches)
+            out.append((streaming, mode_of(streaming).label))
     if opts.allow_partial_rollout and opts.max_staleness >= 1 and rounds.allows_partial_rollout:
         b = max(1, sc.workload.max_response_tokens // 2)
         out.append((ExecutionMode(kind="partial_rollout", token_budget=b), f"partial {b}"))

@@ -5,7 +5,8 @@ Each question runs the CLI in a child process (search, what-ifs and rendering in
 (``resource.getrusage(RUSAGE_CHILDREN)``), which the machine's load does not inflate the way
 it inflates wall time. The load average is printed beside it.
 
-Run: .venv/bin/python bench/bench_plan_questions.py [--skip-1024 | --only-from]
+Run: .venv/bin/python bench/bench_plan_questions.py [--skip-1024 | --only-from | --only TEXT]
+(``--only TEXT``: the questions whose label contains TEXT)
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def main() -> None:
     for label, args in QUESTIONS:
         if ("--skip-1024" in sys.argv and "128" in args) or (len(sys.argv) > 1 and sys.argv[-1] == "--only-from"
                                                               and "--from" not in args):
+            continue
+        if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1] not in label:
             continue
         load = os.getloadavg()[0]
         cpu, wall, doc = run(args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,8 +15,10 @@ from rlperf.cost.collectives import (
     all_reduce,
     all_to_all,
     broadcast,
+    costs_each,
     group_for,
     p2p,
+    p2p_each,
     reduce_scatter,
 )
 from rlperf.errors import SpecError
@@ -155,3 +158,26 @@ def test_time_is_monotone_finite_nonnegative(group: tuple[int, int], a: float, b
     t_lo, t_hi = f(H200, lo, g).time_s, f(H200, hi, g).time_s
     assert math.isfinite(t_lo) and math.isfinite(t_hi)
     assert 0 <= t_lo <= t_hi * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("cluster", [A100, H200], ids=["a100-one-protocol", "h200-ll-simple"])
+@pytest.mark.parametrize("group", [(2, 2), (8, 8), (16, 8), (32, 2), (64, 1)])
+def test_costs_each_equals_the_scalar_functions_exactly(cluster, group: tuple[int, int]) -> None:
+    """The array path (the training stage model costs every micro-batch size at once) gives the
+    scalar functions' figures bit for bit, across the LL/Simple and ring/tree switch points."""
+    size, per_node = group
+    if size > cluster.num_gpus:
+        pytest.skip("group larger than the cluster")
+    g = CommGroup(size, per_node)
+    sizes = np.concatenate(([0.0, 1.0, 8.0], np.geomspace(10.0, 4e10, 200)))
+    for kind, fn in (("all_reduce", all_reduce), ("all_gather", all_gather), ("reduce_scatter", reduce_scatter),
+                     ("all_to_all", all_to_all)):
+        got = costs_each(kind, cluster, sizes, g)
+        want = [fn(cluster, float(n), g) for n in sizes]
+        assert got.time_s.tolist() == [c.time_s for c in want], kind
+        assert got.bytes_sent_per_rank.tolist() == [c.bytes_sent_per_rank for c in want], kind
+    for same in (True, False):
+        sends = p2p_each(cluster, sizes, same)
+        assert sends.time_s.tolist() == [p2p(cluster, float(n), same).time_s for n in sizes]
+    with pytest.raises(SpecError, match="num_bytes"):
+        costs_each("all_reduce", cluster, np.array([1.0, -1.0]), g)

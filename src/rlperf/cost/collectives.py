@@ -47,18 +47,41 @@ all-reduce, all-gather and reduce-scatter, in and across nodes, cost the smaller
 which reproduces the shape of nccl-tests sweeps: ~44 us at 32-64 KiB on 8 A100 (LL), a ~90-100 us
 plateau from 1 to 4 MiB (Simple's start-up), then bandwidth bound (stas00 ml-engineering;
 vTrain's A100 look-up tables, profiles.yaml).
+
+Each formula is written once for a byte count or a numpy array of them: ``all_reduce`` and the
+others cost one collective, ``costs_each`` costs one kind of collective at many sizes in one
+pass (the training stage model asks for every micro-batch's size), with the same figures.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
+
+import numpy as np
 
 from rlperf.errors import SpecError
 from rlperf.specs.hardware import Cluster
 
 Algorithm = Literal["ring", "tree", "nvls", "auto"]
+# A byte count, or an array of them: every formula below takes either.
+Num = float | np.ndarray
+
+
+def _lo(a: Num, b: Num) -> Num:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        lo: np.ndarray = np.minimum(a, b)
+        return lo
+    return min(a, b)
+
+
+def _hi(a: Num, b: Num) -> Num:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        hi: np.ndarray = np.maximum(a, b)
+        return hi
+    return max(a, b)
 
 
 @dataclass(frozen=True)
@@ -99,12 +122,12 @@ class _Net:
     simple_latency_s: float = 0.0  # the bandwidth protocol's start-up per call
     ll_fraction: float | None = None  # LL's share of the bandwidth; None: one protocol
 
-    def protocol_time_s(self, latency_s: float, bandwidth_s: float) -> float:
+    def protocol_time_s(self, latency_s: float, bandwidth_s: Num) -> Num:
         """The faster protocol for a collective of ``latency_s`` (steps x alpha) and
         ``bandwidth_s`` (bytes / full bandwidth): LL or Simple (module docstring)."""
         if self.ll_fraction is None:
             return latency_s + bandwidth_s
-        return latency_s + min(bandwidth_s / self.ll_fraction, self.simple_latency_s + bandwidth_s)
+        return latency_s + _lo(bandwidth_s / self.ll_fraction, self.simple_latency_s + bandwidth_s)
 
 
 def _net(cluster: Cluster, group: CommGroup) -> _Net:
@@ -129,8 +152,12 @@ def _net(cluster: Cluster, group: CommGroup) -> _Net:
     )
 
 
-def _check_bytes(field: str, value: float) -> None:
-    if not (math.isfinite(value) and value >= 0):
+def _check_bytes(field: str, value: Num) -> None:
+    if isinstance(value, np.ndarray):
+        bad = ~(np.isfinite(value) & (value >= 0))
+        if bad.any():
+            _check_bytes(field, float(value[bad][0]))
+    elif not (math.isfinite(value) and value >= 0):
         raise SpecError(field, f"must be a finite number >= 0, got {value!r}")
 
 
@@ -139,13 +166,42 @@ def _check_algorithm(value: str, allowed: tuple[str, ...]) -> None:
         raise SpecError("algorithm", f"unknown algorithm {value!r}", ", ".join(allowed))
 
 
-def _pick(options: list[CollectiveCost], algorithm: str) -> CollectiveCost:
+@dataclass(frozen=True)
+class _Option:
+    """One algorithm's (time, bytes sent per rank), for one size or an array of sizes."""
+
+    time_s: Num
+    bytes_sent: Num
+    algorithm: str
+
+
+def _pick(options: list[_Option], algorithm: str) -> CollectiveCost:
     if algorithm == "auto":
-        return min(options, key=lambda c: c.time_s)  # first wins ties: ring before tree/nvls
+        c = min(options, key=lambda c: c.time_s)  # first wins ties: ring before tree/nvls
+        return CollectiveCost(float(c.time_s), float(c.bytes_sent), c.algorithm)
     for c in options:
         if c.algorithm == algorithm:
-            return c
+            return CollectiveCost(float(c.time_s), float(c.bytes_sent), c.algorithm)
     raise SpecError("algorithm", f"{algorithm!r} does not apply to this group", ", ".join(c.algorithm for c in options))
+
+
+@dataclass(frozen=True)
+class CollectiveCosts:
+    """:class:`CollectiveCost` of one kind of collective at many sizes (arrays by size)."""
+
+    time_s: np.ndarray
+    bytes_sent_per_rank: np.ndarray
+
+
+def _pick_each(options: list[_Option]) -> CollectiveCosts:
+    """The fastest option at each size, the first of equals (as :func:`_pick`'s ``auto``)."""
+    time = np.asarray(options[0].time_s, np.float64)
+    sent = np.asarray(options[0].bytes_sent, np.float64)
+    for c in options[1:]:
+        better = c.time_s < time
+        time = np.where(better, c.time_s, time)
+        sent = np.where(better, c.bytes_sent, sent)
+    return CollectiveCosts(time, sent)
 
 
 @dataclass(frozen=True)
@@ -153,16 +209,16 @@ class _Ring:
     """One hierarchical ring gather (or scatter) of n bytes: intra then inter, pipelined."""
 
     latency_s: float
-    intra_bytes: float
-    inter_bytes: float
+    intra_bytes: Num
+    inter_bytes: Num
 
-    def time_s(self, net: _Net, times: int = 1) -> float:
+    def time_s(self, net: _Net, times: int = 1) -> Num:
         """``times`` passes (2 for an all-reduce: reduce-scatter + all-gather in one call)."""
-        bw = max(self.intra_bytes / net.intra_bw, self.inter_bytes / net.inter_bw)
+        bw = _hi(self.intra_bytes / net.intra_bw, self.inter_bytes / net.inter_bw)
         return net.protocol_time_s(times * self.latency_s, times * bw)
 
 
-def _ring_gather(n: float, group: CommGroup, net: _Net) -> _Ring:
+def _ring_gather(n: Num, group: CommGroup, net: _Net) -> _Ring:
     # all-gather of n bytes: inside the node (r-1)/r * n per rank; across nodes each rank moves its
     # 1/r share: (m-1)/m * n/r over its NIC. Steps: (r-1) intra, (m-1) inter.
     r, m = group.ranks_per_node, group.num_nodes
@@ -173,31 +229,39 @@ def _ring_gather(n: float, group: CommGroup, net: _Net) -> _Ring:
     )
 
 
+def _all_reduce_options(n: Num, group: CommGroup, net: _Net) -> list[_Option]:
+    p, r, m = group.size, group.ranks_per_node, group.num_nodes
+    # ring = reduce-scatter + all-gather: twice a ring gather (2(p-1)/p * n bytes when m == 1)
+    g = _ring_gather(n, group, net)
+    options = [_Option(g.time_s(net, 2), 2 * (g.intra_bytes + g.inter_bytes), "ring")]
+    if m == 1:
+        # NCCL's tree inside a node is a chain: reduce up, broadcast down, pipelined
+        chain = net.protocol_time_s(2 * (p - 1) * net.intra_alpha, 2 * n / net.intra_bw)
+        options.append(_Option(chain, 2 * n, "tree"))
+        if net.nvls_bw is not None:
+            options.append(_Option(net.protocol_time_s(2 * (p - 1) * net.intra_alpha, n / net.nvls_bw), n, "nvls"))
+    else:
+        # intra-node reduce-scatter + all-gather as in the ring; across nodes a pipelined double
+        # binary tree on each rank's n/r shard: 2 * n/r bytes per NIC, 2 ceil(log2 m) steps
+        intra_b, tree_b = 2 * g.intra_bytes, 2 * n / r
+        lat = 2 * (r - 1) * net.intra_alpha + 2 * math.ceil(math.log2(m)) * net.inter_alpha
+        t = net.protocol_time_s(lat, _hi(intra_b / net.intra_bw, tree_b / net.inter_bw))
+        options.append(_Option(t, intra_b + tree_b, "tree"))
+    return options
+
+
 def all_reduce(cluster: Cluster, num_bytes: float, group: CommGroup, algorithm: Algorithm = "auto") -> CollectiveCost:
     """All-reduce of ``num_bytes`` per rank (every rank ends with the full reduced buffer)."""
     _check_bytes("num_bytes", num_bytes)
     _check_algorithm(algorithm, ("ring", "tree", "nvls", "auto"))
     if group.size == 1 or num_bytes == 0:
         return FREE
-    net = _net(cluster, group)
-    n, p, r, m = num_bytes, group.size, group.ranks_per_node, group.num_nodes
-    # ring = reduce-scatter + all-gather: twice a ring gather (2(p-1)/p * n bytes when m == 1)
+    return _pick(_all_reduce_options(num_bytes, group, _net(cluster, group)), algorithm)
+
+
+def _gather_options(n: Num, group: CommGroup, net: _Net) -> list[_Option]:
     g = _ring_gather(n, group, net)
-    options = [CollectiveCost(g.time_s(net, 2), 2 * (g.intra_bytes + g.inter_bytes), "ring")]
-    if m == 1:
-        # NCCL's tree inside a node is a chain: reduce up, broadcast down, pipelined
-        chain = net.protocol_time_s(2 * (p - 1) * net.intra_alpha, 2 * n / net.intra_bw)
-        options.append(CollectiveCost(chain, 2 * n, "tree"))
-        if net.nvls_bw is not None:
-            options.append(CollectiveCost(net.protocol_time_s(2 * (p - 1) * net.intra_alpha, n / net.nvls_bw), n, "nvls"))
-    else:
-        # intra-node reduce-scatter + all-gather as in the ring; across nodes a pipelined double
-        # binary tree on each rank's n/r shard: 2 * n/r bytes per NIC, 2 ceil(log2 m) steps
-        intra_b, tree_b = 2 * g.intra_bytes, 2 * n / r
-        lat = 2 * (r - 1) * net.intra_alpha + 2 * math.ceil(math.log2(m)) * net.inter_alpha
-        t = net.protocol_time_s(lat, max(intra_b / net.intra_bw, tree_b / net.inter_bw))
-        options.append(CollectiveCost(t, intra_b + tree_b, "tree"))
-    return _pick(options, algorithm)
+    return [_Option(g.time_s(net), g.intra_bytes + g.inter_bytes, "ring")]
 
 
 def _gather_like(cluster: Cluster, field: str, n: float, group: CommGroup, algorithm: str) -> CollectiveCost:
@@ -205,9 +269,7 @@ def _gather_like(cluster: Cluster, field: str, n: float, group: CommGroup, algor
     _check_algorithm(algorithm, ("ring", "auto"))
     if group.size == 1 or n == 0:
         return FREE
-    net = _net(cluster, group)
-    g = _ring_gather(n, group, net)
-    return CollectiveCost(g.time_s(net), g.intra_bytes + g.inter_bytes, "ring")
+    return _pick(_gather_options(n, group, _net(cluster, group)), "auto")
 
 
 def all_gather(
@@ -227,6 +289,19 @@ def reduce_scatter(
     return _gather_like(cluster, "num_bytes_in", num_bytes_in, group, algorithm)
 
 
+def _all_to_all_options(n: Num, group: CommGroup, net: _Net) -> list[_Option]:
+    p, r = group.size, group.ranks_per_node
+    intra_b, inter_b = (r - 1) / p * n, (p - r) / p * n
+    pair_lat = (r - 1) * net.intra_alpha + (p - r) * net.inter_alpha
+    pair_t = pair_lat + _hi(intra_b / net.intra_bw, inter_b / net.inter_bw)
+    steps = math.ceil(math.log2(p))
+    intra_steps = min(steps, math.ceil(math.log2(r)))
+    step_b = n / 2
+    bruck_t = intra_steps * (net.intra_alpha + step_b / net.intra_bw)
+    bruck_t = bruck_t + (steps - intra_steps) * (net.inter_alpha + step_b / net.inter_bw)
+    return [_Option(pair_t, intra_b + inter_b, "pairwise"), _Option(bruck_t, steps * step_b, "bruck")]
+
+
 def all_to_all(
     cluster: Cluster,
     num_bytes_per_rank: float,
@@ -244,21 +319,7 @@ def all_to_all(
     _check_algorithm(algorithm, ("pairwise", "bruck", "auto"))
     if group.size == 1 or num_bytes_per_rank == 0:
         return FREE
-    net = _net(cluster, group)
-    n, p, r = num_bytes_per_rank, group.size, group.ranks_per_node
-    intra_b, inter_b = (r - 1) / p * n, (p - r) / p * n
-    pair_t = (r - 1) * net.intra_alpha + (p - r) * net.inter_alpha
-    pair_t += max(intra_b / net.intra_bw, inter_b / net.inter_bw)
-    steps = math.ceil(math.log2(p))
-    intra_steps = min(steps, math.ceil(math.log2(r)))
-    step_b = n / 2
-    bruck_t = intra_steps * (net.intra_alpha + step_b / net.intra_bw)
-    bruck_t += (steps - intra_steps) * (net.inter_alpha + step_b / net.inter_bw)
-    options = [
-        CollectiveCost(pair_t, intra_b + inter_b, "pairwise"),
-        CollectiveCost(bruck_t, steps * step_b, "bruck"),
-    ]
-    return _pick(options, algorithm)
+    return _pick(_all_to_all_options(num_bytes_per_rank, group, _net(cluster, group)), algorithm)
 
 
 def broadcast(
@@ -280,12 +341,22 @@ def broadcast(
         slowest = net.inter_bw
     else:
         slowest = net.intra_bw if m == 1 else min(net.intra_bw, net.inter_bw)
-    chain = CollectiveCost((p - m) * net.intra_alpha + (m - 1) * net.inter_alpha + n / slowest, n, "ring")
+    chain = _Option((p - m) * net.intra_alpha + (m - 1) * net.inter_alpha + n / slowest, n, "ring")
     inter_rounds = math.ceil(math.log2(m))
     intra_rounds = math.ceil(math.log2(r))
     tree_t = inter_rounds * (net.inter_alpha + n / net.inter_bw) + intra_rounds * (net.intra_alpha + n / net.intra_bw)
-    tree = CollectiveCost(tree_t, (inter_rounds + intra_rounds) * n, "tree")
+    tree = _Option(tree_t, (inter_rounds + intra_rounds) * n, "tree")
     return _pick([chain, tree], algorithm)
+
+
+def _p2p_bandwidth(cluster: Cluster, same_node: bool) -> tuple[float, float]:
+    """(latency, bandwidth) of one send between two ranks (p2p's docstring)."""
+    acc, prof = cluster.accelerator, cluster.profile
+    if same_node:
+        return prof.intra_node_latency_s, acc.intra_node_group_bandwidth_bytes_per_s(2) * prof.intra_node_efficiency
+    if cluster.num_nodes < 2:
+        raise SpecError("same_node", "a cross-node send needs a cluster of at least 2 nodes")
+    return prof.inter_node_latency_s, acc.nic_bandwidth_bytes_per_s * prof.inter_node_efficiency
 
 
 def p2p(cluster: Cluster, num_bytes: float, same_node: bool) -> CollectiveCost:
@@ -296,14 +367,38 @@ def p2p(cluster: Cluster, num_bytes: float, same_node: bool) -> CollectiveCost:
     _check_bytes("num_bytes", num_bytes)
     if num_bytes == 0:
         return FREE
-    acc, prof = cluster.accelerator, cluster.profile
-    if same_node:
-        bw = acc.intra_node_group_bandwidth_bytes_per_s(2) * prof.intra_node_efficiency
-        return CollectiveCost(prof.intra_node_latency_s + num_bytes / bw, num_bytes, "p2p")
-    if cluster.num_nodes < 2:
-        raise SpecError("same_node", "a cross-node send needs a cluster of at least 2 nodes")
-    bw = acc.nic_bandwidth_bytes_per_s * prof.inter_node_efficiency
-    return CollectiveCost(prof.inter_node_latency_s + num_bytes / bw, num_bytes, "p2p")
+    alpha, bw = _p2p_bandwidth(cluster, same_node)
+    return CollectiveCost(alpha + num_bytes / bw, num_bytes, "p2p")
+
+
+CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+_OPTIONS: dict[str, Callable[[np.ndarray, CommGroup, _Net], list[_Option]]] = {
+    "all_reduce": _all_reduce_options, "all_gather": _gather_options, "reduce_scatter": _gather_options,
+    "all_to_all": _all_to_all_options,
+}
+
+
+def costs_each(kind: CollectiveKind, cluster: Cluster, num_bytes: np.ndarray, group: CommGroup) -> CollectiveCosts:
+    """``kind``'s :class:`CollectiveCost` (algorithm ``auto``) at each of ``num_bytes`` (the size
+    argument of the scalar function: per rank, gathered output, input buffer) in one pass."""
+    n = np.asarray(num_bytes, np.float64)
+    _check_bytes("num_bytes", n)
+    if group.size == 1:
+        return CollectiveCosts(np.zeros(n.shape), np.zeros(n.shape))
+    got = _pick_each(_OPTIONS[kind](n, group, _net(cluster, group)))
+    free = n == 0
+    return CollectiveCosts(np.where(free, 0.0, got.time_s), np.where(free, 0.0, got.bytes_sent_per_rank))
+
+
+def p2p_each(cluster: Cluster, num_bytes: np.ndarray, same_node: bool) -> CollectiveCosts:
+    """:func:`p2p` at each of ``num_bytes``."""
+    n = np.asarray(num_bytes, np.float64)
+    _check_bytes("num_bytes", n)
+    if not n.any():
+        return CollectiveCosts(np.zeros(n.shape), np.zeros(n.shape))
+    alpha, bw = _p2p_bandwidth(cluster, same_node)
+    free = n == 0
+    return CollectiveCosts(np.where(free, 0.0, alpha + n / bw), n)
 
 
 def group_for(cluster: Cluster, size: int, stride: int = 1) -> CommGroup:

@@ -78,12 +78,13 @@ import numpy as np
 from rlperf.cost.lora import stage_adapter_params
 from rlperf.cost.collectives import (
     CollectiveCost,
+    CollectiveCosts,
     CommGroup,
     all_gather,
     all_reduce,
-    all_to_all,
+    costs_each,
     group_for,
-    p2p,
+    p2p_each,
     reduce_scatter,
 )
 from rlperf.cost.memory_activations import ACTIVATION_DTYPE
@@ -220,21 +221,22 @@ class Exposed:
 
 
 @dataclass(frozen=True)
-class CommUnit:
-    """(time, bytes sent) of one pass's communication per kind, for one device; ``ring`` is one
+class CommUnits:
+    """(time, bytes sent) of one pass's communication per kind, for one device, at each of
+    several per-device token counts (rows: time, bytes; one column per count); ``ring`` is one
     ring-attention step of one layer (its exposure depends on the attention time)."""
 
-    tp: tuple[float, float]  # the layers' activations
-    tp_head: tuple[float, float]  # vocab-parallel log-softmax, forward only
-    ring: tuple[float, float]
-    a2a: tuple[float, float]  # Ulysses
-    ep: tuple[float, float]
-    pp: tuple[float, float]
+    tp: np.ndarray  # the layers' activations
+    tp_head: np.ndarray  # vocab-parallel log-softmax, forward only
+    ring: np.ndarray
+    a2a: np.ndarray  # Ulysses
+    ep: np.ndarray
+    pp: np.ndarray
 
 
-def _total(ops: list[CollectiveCost], times: float) -> tuple[float, float]:
-    """(time, bytes) of running ``ops`` in sequence, ``times`` times."""
-    return times * sum(o.time_s for o in ops), times * sum(o.bytes_sent_per_rank for o in ops)
+def _total(ops: list[CollectiveCosts], times: float) -> np.ndarray:
+    """(time, bytes) rows of running ``ops`` in sequence, ``times`` times, at each size."""
+    return np.stack((times * sum(o.time_s for o in ops), times * sum(o.bytes_sent_per_rank for o in ops)))
 
 
 def overlap(comm_s: float, compute_s: np.ndarray | float, units: int, bytes_sent: float) -> Exposed:
@@ -266,7 +268,7 @@ class LayoutCosts:
         self.cp_same_node = self.cp_group.num_nodes == 1
         per_pair = 2.0 * model.num_heads * (model.q_head_dim + model.v_head_dim) / tp
         self._attn_flops_per_pair_layer = per_pair
-        self._units: dict[tuple[int, float], CommUnit] = {}
+        self._comm_cache: dict[tuple[int, bytes], CommUnits] = {}
         self._dp_comm: dict[tuple[int, str], tuple[float, float]] = {}
         self._matmul = ceilings(cluster, layout.compute_dtype, "matmul")  # fp8 training: FP8 GEMMs
         self._gemms = {  # per stage: weight, rows per token, count of each distinct GEMM (columns)
@@ -424,41 +426,43 @@ class LayoutCosts:
         return Roof(flops.sum(axis=0), num_bytes.sum(axis=0) + io, time + io / self._matmul[1])
 
     # ------------------------------------------------------------------ communication
-    def _unit(self, shard: StageShard, t: float) -> CommUnit:
-        """Per-pass communication of ``t`` tokens per device on ``shard``'s stage (cached: it
-        depends on nothing else, and forward and backward share it)."""
-        key = (shard.stage, t)
-        hit = self._units.get(key)
+    def _units(self, shard: StageShard, t: np.ndarray) -> CommUnits:
+        """Per-pass communication of ``t`` tokens per device (each of them) on ``shard``'s stage,
+        every collective costed at all sizes in one pass (cached: it depends on nothing else,
+        and forward and backward share it)."""
+        key = (shard.stage, t.tobytes())
+        hit = self._comm_cache.get(key)
         if hit is not None:
             return hit
         lay, cl, d = self.layout, self.cluster, self.model.hidden_size
-        tp = head = ring = a2a = ep = pp = (0.0, 0.0)
+        tp = head = ring = a2a = ep = pp = np.zeros((2, t.size))
         if lay.tp > 1:
             act = t * d * _C
             if lay.sequence_parallel:
-                ops = [reduce_scatter(cl, act, self.tp_group), all_gather(cl, act, self.tp_group)]
+                ops = [costs_each("reduce_scatter", cl, act, self.tp_group), costs_each("all_gather", cl, act, self.tp_group)]
             else:
-                ops = [all_reduce(cl, act, self.tp_group)] * 2
+                ops = [costs_each("all_reduce", cl, act, self.tp_group)] * 2
             tp = _total(ops, shard.num_layers)  # two per layer
             if shard.vocab_per_device:  # vocab-parallel log-softmax: max and sum, fp32 per token
-                head = _total([all_reduce(cl, t * _FP32, self.tp_group)], 2)
+                head = _total([costs_each("all_reduce", cl, t * _FP32, self.tp_group)], 2)
         if lay.cp > 1 and shard.num_layers:
             if lay.cp_kind == "ring":
-                send = p2p(cl, t * shard.ring_kv_per_token * _C, self.cp_same_node)
-                ring = (send.time_s, send.bytes_sent_per_rank)
+                send = p2p_each(cl, t * shard.ring_kv_per_token * _C, self.cp_same_node)
+                ring = np.stack((send.time_s, send.bytes_sent_per_rank))
             else:
                 per_layer_io = shard.attention_io_per_token / shard.num_layers
-                a2a = _total([all_to_all(cl, t * per_layer_io / 4 * _C, self.cp_group)], 4 * shard.num_layers)
+                a2a = _total([costs_each("all_to_all", cl, t * per_layer_io / 4 * _C, self.cp_group)], 4 * shard.num_layers)
         if lay.ep > 1 and shard.num_moe_layers:
             moe = self.model.moe
             assert moe is not None
-            ep = _total([all_to_all(cl, t * moe.experts_per_token * d * _C, self.ep_group)], 2 * shard.num_moe_layers)
+            ep = _total([costs_each("all_to_all", cl, t * moe.experts_per_token * d * _C, self.ep_group)],
+                        2 * shard.num_moe_layers)
         if lay.pp > 1:
             boundary = t * d * _C / (lay.tp if lay.sequence_parallel else 1)
-            pp = _total([p2p(cl, boundary, self.pp_same_node)], lay.virtual_stages)
-        unit = CommUnit(tp, head, ring, a2a, ep, pp)
-        self._units[key] = unit
-        return unit
+            pp = _total([p2p_each(cl, boundary, self.pp_same_node)], lay.virtual_stages)
+        units = CommUnits(tp, head, ring, a2a, ep, pp)
+        self._comm_cache[key] = units
+        return units
 
     def _comm(
         self, shard: StageShard, mb: MicroBatchShapes, attention_s: np.ndarray, *, forward: bool, tp_passes: int,
@@ -471,14 +475,12 @@ class LayoutCosts:
         if lay.tp == lay.cp == lay.ep == lay.pp == 1:  # nothing to send: skip the per-size units
             zero = np.zeros(t.shape)
             return {"tp_s": zero, "cp_s": zero, "ep_s": zero, "pp_s": zero, "comm_bytes": zero}
-        # The collectives' times are not linear in the bytes (algorithm choice), so each distinct
-        # per-device token count gets its unit (cached), spread back over the micro-batches.
+        # The collectives' times are not linear in the bytes (algorithm choice): each distinct
+        # per-device token count is costed (all at once), then spread over the micro-batches.
         sizes, where = np.unique(t, return_inverse=True)
-        units = [self._unit(shard, float(x)) for x in sizes.tolist()]
-        u: dict[str, np.ndarray] = {}  # per kind: rows (time, bytes), one column per micro-batch
-        for kind in ("tp", "tp_head", "ring", "a2a", "ep", "pp"):
-            per_size = np.array([getattr(x, kind) for x in units]).reshape(len(units), 2)
-            u[kind] = per_size[where].T
+        units = self._units(shard, sizes)
+        u: dict[str, np.ndarray] = {  # per kind: rows (time, bytes), one column per micro-batch
+            kind: getattr(units, kind)[:, where] for kind in ("tp", "tp_head", "ring", "a2a", "ep", "pp")}
         cp_s = cp_b = np.zeros(t.shape)
         if lay.cp > 1 and n:
             if lay.cp_kind == "ring":

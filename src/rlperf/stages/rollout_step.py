@@ -108,7 +108,7 @@ from typing import overload
 
 import numpy as np
 
-from rlperf.cost.collectives import all_gather, all_reduce, group_for, p2p
+from rlperf.cost.collectives import all_gather, costs_each, group_for, p2p_each
 from rlperf.cost.memory_params import kv_heads_per_device
 from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware import Cluster
@@ -245,12 +245,20 @@ class StepModel:
     def sampler_s(self, num_seqs: Count) -> Coef:
         """Sampling over the vocabulary for ``num_seqs`` sequences: the logits' HBM passes plus
         the all-gather of the vocab-parallel logits over the tp group."""
-        if isinstance(num_seqs, np.ndarray):
-            sizes, where = np.unique(num_seqs, return_inverse=True)
-            return np.array([self.sampler_s(int(b)) for b in sizes.tolist()])[where].reshape(num_seqs.shape)
+        if isinstance(num_seqs, np.ndarray):  # many runs: every all-gather costed in one pass
+            seqs = num_seqs.astype(np.float64)
+            gather = self._gathers_each(seqs * self.vocab_size * _LOGIT_BYTES)
+            return np.where(num_seqs <= 0, 0.0, seqs * self.sampler_s_per_seq + gather)
         if num_seqs <= 0:
             return 0.0
         return num_seqs * self.sampler_s_per_seq + self.logits_gather_s(num_seqs)
+
+    def _gathers_each(self, out_bytes: np.ndarray) -> np.ndarray:
+        if self.tp == 1 or self.vocab_size == 0:
+            return np.zeros(out_bytes.shape)
+        cluster = self._cluster
+        assert cluster is not None
+        return costs_each("all_gather", cluster, out_bytes, group_for(cluster, self.tp)).time_s
 
     def logits_gather_s(self, num_seqs: int) -> float:
         if self.tp == 1 or self.vocab_size == 0:
@@ -269,11 +277,8 @@ class StepModel:
         ``num_microbatches`` pipeline micro-batches (on the critical stage)."""
         if self.tp == 1 and self.pp == 1:
             return 0.0
-        if isinstance(num_tokens, np.ndarray):  # many runs: one figure per distinct pair
-            pairs = np.stack(np.broadcast_arrays(num_tokens, num_microbatches), axis=-1).reshape(-1, 2)
-            distinct, where = np.unique(pairs, axis=0, return_inverse=True)
-            per_pair = np.array([self.comm_s(t, m) for t, m in distinct.tolist()])
-            return per_pair[where.reshape(-1)].reshape(num_tokens.shape)
+        if isinstance(num_tokens, np.ndarray):  # many runs: every collective costed in one pass
+            return self._comm_each(num_tokens, num_microbatches)
         assert isinstance(num_microbatches, int)
         key = (num_tokens, num_microbatches)
         cached = self._comm_cache.get(key)
@@ -283,20 +288,22 @@ class StepModel:
         return cached
 
     def _comm_uncached(self, num_tokens: int, num_microbatches: int) -> float:
+        return float(self._comm_each(np.array([num_tokens]), num_microbatches)[0])
+
+    def _comm_each(self, num_tokens: np.ndarray, num_microbatches: Count) -> np.ndarray:
         cluster = self._cluster
         assert cluster is not None
-        mb = num_microbatches
-        act = num_tokens * self.hidden_size * self._act_bytes
-        total = 0.0
+        per_mb = num_tokens * self.hidden_size * self._act_bytes / num_microbatches
+        total = np.zeros(per_mb.shape)
         if self.tp > 1:
             # A step lasts pp stage-times of one micro-batch (see run), and each stage
             # all-reduces the micro-batch's activations twice per layer.
             group = group_for(cluster, self.tp)
-            total += 2 * self.num_layers * all_reduce(cluster, act / mb, group).time_s
+            total = total + 2 * self.num_layers * costs_each("all_reduce", cluster, per_mb, group).time_s
         if self.pp > 1:
             # A stage boundary stays in a node when the whole replica does.
             same_node = self.tp * self.pp <= cluster.gpus_per_node
-            total += (self.pp - 1) * p2p(cluster, act / mb, same_node).time_s
+            total = total + (self.pp - 1) * p2p_each(cluster, per_mb, same_node).time_s
         return total
 
     # ------------------------------------------------------------------ a run of steps

@@ -237,3 +237,14 @@ def test_remove_padding_maps_to_packing_and_round_trips() -> None:
     for spec in (packed, padded):
         again, _ = load_framework_config("verl", None, export_verl(spec).args)
         assert again.plan.layouts["actor"].packing == spec.plan.layouts["actor"].packing
+
+
+def test_engine_name_and_eager_mode_map_to_the_engine_model_and_round_trip() -> None:
+    """rollout.name=sglang runs SGLang's overlap scheduler; enforce_eager turns CUDA graphs off."""
+    plain, _ = load_framework_config("verl", GRPO, [])
+    sgl, _ = load_framework_config("verl", GRPO, ["actor_rollout_ref.rollout.name=sglang",
+                                                  "actor_rollout_ref.rollout.enforce_eager=true"])
+    assert not plain.plan.rollout.overlap_scheduling and plain.plan.rollout.cuda_graphs
+    assert sgl.plan.rollout.overlap_scheduling and not sgl.plan.rollout.cuda_graphs
+    again, _ = load_framework_config("verl", None, export_verl(sgl).args)
+    assert again.plan.rollout == sgl.plan.rollout

@@ -347,7 +347,9 @@ def _offload(plan: Plan, roles: list[str], out: _Out) -> None:
 
 def _engine(plan: Plan, out: _Out) -> None:
     e = plan.rollout
-    out.set(f"{ROLLOUT}.name", "vllm")
+    # SGLang is the engine that overlaps its scheduling with the GPU by default
+    out.set(f"{ROLLOUT}.name", "sglang" if e.overlap_scheduling else "vllm")
+    out.set(f"{ROLLOUT}.enforce_eager", not e.cuda_graphs)
     out.set(f"{ROLLOUT}.tensor_model_parallel_size", e.tp)
     if e.pp > 1:
         out.add(f"{ROLLOUT}.pipeline_model_parallel_size", e.pp)

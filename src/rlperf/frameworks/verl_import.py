@@ -556,7 +556,9 @@ class _Importer:
     def _engine(self, gpus: int) -> dict[str, Any]:
         name = str(self.get(f"{ROLLOUT}.name"))
         if name in ("vllm", "sglang"):
-            self.rec.map(f"{ROLLOUT}.name", name, "continuous-batching engine")
+            # SGLang runs its overlap scheduler by default; vLLM schedules between steps
+            self.rec.map(f"{ROLLOUT}.name", name, "continuous-batching engine"
+                         + (", overlap scheduling" if name == "sglang" else ", host time between steps"))
         else:
             self.rec.unsupported_key(f"{ROLLOUT}.name", name, "costed as a vLLM-like engine")
         tp = self.get_int(f"{ROLLOUT}.tensor_model_parallel_size", "engine tp")
@@ -588,6 +590,8 @@ class _Importer:
             "max_num_batched_tokens": self.get_int(f"{ROLLOUT}.max_num_batched_tokens", "engine chunked-prefill budget"),
             "prefix_sharing": prefix,
             "dtype": dtype,
+            "cuda_graphs": not as_bool(f"{ROLLOUT}.enforce_eager", self._mapped(f"{ROLLOUT}.enforce_eager", "engine CUDA graphs off when true")),
+            "overlap_scheduling": name == "sglang",
         }
 
     def _mapped(self, key: str, note: str) -> Any:

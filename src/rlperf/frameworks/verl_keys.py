@@ -156,7 +156,6 @@ UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
     ("*.megatron.*", "this Megatron option is not modelled", ()),
     ("*.ppo_micro_batch_size", "deprecated global micro-batch; use ppo_micro_batch_size_per_gpu", (None,)),
     ("*.log_prob_micro_batch_size", "deprecated global micro-batch", (None,)),
-    ("actor_rollout_ref.rollout.enforce_eager", "decode efficiency is the profile's (CUDA graphs assumed)", (False,)),
     ("actor_rollout_ref.rollout.cudagraph_capture_sizes", "decode efficiency is the profile's", (None,)),
     ("actor_rollout_ref.rollout.enable_chunked_prefill", "the engine model always uses chunked prefill", (True,)),
     ("actor_rollout_ref.rollout.free_cache_engine", "the KV cache is freed between phases as in verl's default", (True,)),
@@ -229,6 +228,8 @@ DEFAULTS: dict[str, Any] = {
     "actor_rollout_ref.hybrid_engine": True,
     "actor_rollout_ref.rollout.n": 1,
     "actor_rollout_ref.rollout.name": "vllm",
+    # verl >= 0.6 (rollout.yaml); v0.5 defaulted to True
+    "actor_rollout_ref.rollout.enforce_eager": False,
     "actor_rollout_ref.rollout.tensor_model_parallel_size": 2,
     "actor_rollout_ref.rollout.gpu_memory_utilization": 0.5,
     "actor_rollout_ref.rollout.max_num_seqs": 1024,

@@ -151,13 +151,19 @@ def decode_step_breakdown(
 
 def representative_step(sc: Scenario) -> StepBreakdown:
     """A decode step of the scenario's rollout when each replica is full: ``b`` = its share of
-    the step's responses (at most ``max_num_seqs``), each halfway through a mean response."""
+    the step's responses (at most ``max_num_seqs`` and what its KV cache holds), each halfway
+    through a mean response."""
+    from rlperf.stages.rollout import kv_capacity_tokens
+
     plan, wl = sc.plan, sc.workload
     pools, assign = plan.placement.resolve(sc.cluster.num_gpus)
     gpus = {p.name: p.num_gpus for p in pools}[assign["generate"]]
     eng = plan.rollout
     replicas = max(1, gpus // eng.gpus_per_replica)
-    b = max(1, min(eng.max_num_seqs, -(-wl.num_responses // replicas)))
     per_seq = wl.prompt_length.mean_tokens() + 0.5 * wl.response_length.mean_tokens()
     cluster = sc.cluster.with_gpus(replicas * eng.gpus_per_replica)
-    return decode_step_breakdown(sc.models["actor"], cluster, eng.model_copy(update={"replicas": replicas}), b, b * per_seq)
+    layout = eng.model_copy(update={"replicas": replicas})
+    # as many as the KV cache holds at that context (the engine preempts beyond it)
+    fits = int(kv_capacity_tokens(sc.models["actor"], cluster, layout) // per_seq)
+    b = max(1, min(eng.max_num_seqs, -(-wl.num_responses // replicas), fits))
+    return decode_step_breakdown(sc.models["actor"], cluster, layout, b, b * per_seq)

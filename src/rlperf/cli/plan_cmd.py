@@ -68,7 +68,7 @@ def plan_cmd(
     report: Path = typer.Option(None, "--report", help="write a self-contained HTML report into this folder"),
     explain_: bool = typer.Option(False, "--explain", help="list rejected plans with their reasons"),
     executor: str = typer.Option("local", help="local (process pool over local cores) | ray"),
-    jobs: int = typer.Option(0, help="worker processes for the local executor (0: all cores)"),
+    jobs: int = typer.Option(0, help="worker processes for the local executor (0: all cores; none on 1-2 cores)"),
     hardware_profile: Path = typer.Option(None, "--hardware-profile", help="hardware profile file (e.g. from `rlperf calibrate`)"),
     force: bool = typer.Option(False, "--force", help="replace a report that exists"),
 ) -> None:

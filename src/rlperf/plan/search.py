@@ -142,13 +142,26 @@ def _with_timeline(sc: Scenario, e: PlanEvaluation) -> PlanEvaluation:
 Mapper = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
 
 
+def default_jobs() -> int:
+    """Worker processes when the user sets none: one per core this process may run on, but
+    none at all (the search in this process) on one or two cores. A worker recomputes the
+    rollouts and stage costs the parent memoized for the fast estimate, so on two cores two
+    workers cost more CPU than one process (README plan: 12.9 against 8.8 CPU-s) and were no
+    faster (19.6 against 16.7 s wall; docs/benchmarks.md)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return cores if cores > 2 else 1
+
+
 class LocalMapper:
     """``map`` over a process pool on this machine, kept for the mapper's life: a branch and
     bound maps several small batches, and a fresh pool per batch would pay the workers' start
     (importing rlperf) each time and lose what they memoized (rollouts, stage costs)."""
 
     def __init__(self, jobs: int | None = None) -> None:
-        self.jobs = jobs or os.cpu_count() or 1
+        self.jobs = jobs or default_jobs()
         self._pool: ProcessPoolExecutor | None = None
 
     def __call__(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:

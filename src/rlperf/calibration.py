@@ -6,10 +6,10 @@ path, a training backend):
 
 - ``decode`` scales ``decode_hbm_efficiency`` (how close the rollout's decode steps get to HBM
   bandwidth: engine and kernel quality);
-- ``compute`` scales ``matmul_efficiency``, ``matmul_efficiency_by_dtype``,
-  ``attention_efficiency`` and ``train_mfu_cap`` (how close prefill, forward and training
-  passes get to peak FLOP/s). Scaled fractions keep their per-accelerator ratios and are capped
-  at 1;
+- ``compute`` scales ``matmul_efficiency``, ``matmul_efficiency_by_dtype`` and
+  ``attention_efficiency`` (how close prefill, forward and training passes get to peak FLOP/s;
+  no end-to-end MFU caps those kernels, so ``train_mfu_cap`` is not a parameter). Scaled
+  fractions keep their per-accelerator ratios and are capped at 1;
 - ``engine_step`` sets ``engine_step_overhead_s``: the rollout engine's host-side cost per
   step (scheduler, sampler bookkeeping, output processing), one value for every engine;
 - ``sync_tensor`` sets ``weight_sync_tensor_overhead_s``: the host cost of one call of the
@@ -82,7 +82,7 @@ FACTORS: tuple[float, ...] = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.15, 1.3)
 PARAMS: dict[str, Param] = {
     "decode": Param("scale", ("decode_hbm_efficiency",), FACTORS),
     "compute": Param(
-        "scale", ("matmul_efficiency", "matmul_efficiency_by_dtype", "attention_efficiency", "train_mfu_cap"), FACTORS
+        "scale", ("matmul_efficiency", "matmul_efficiency_by_dtype", "attention_efficiency"), FACTORS
     ),
     # Seconds per engine step: 0 to 8 ms (vLLM's v0.5.3 spent ~29% of a Llama-3-8B run's time
     # scheduling, i.e. milliseconds per ~10-30 ms step; the grid spans "none" to "dominant").

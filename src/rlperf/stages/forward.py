@@ -8,12 +8,13 @@ the per-micro-batch compute and communication of :mod:`rlperf.stages.pass_cost`.
 loaded dp rank sets the time. Without ``layout.packing`` every sequence of a micro-batch is
 computed at the micro-batch's longest length (padding).
 
-Its GEMMs run at ``min(matmul efficiency, forward cap)`` times their size factor, the forward
-cap being the profile's ``forward_mfu_cap`` (an end-to-end forward-only MFU, measured by
-``rlperf calibrate``) or, where none is recorded, ``train_mfu_cap``: the same engine (FSDP /
-Megatron micro-batches, eager kernels between the GEMMs) runs these passes, and no accelerator
-has a published forward-only MFU. The GEMM size curve alone does not explain a forward pass's
-end-to-end rate (the measured evidence is in docs/runtime.md).
+Its kernels are costed one by one as the training step's forward (:mod:`rlperf.stages.
+pass_cost`): each GEMM at the profile's large-GEMM rate times its size factor, attention as the
+layout's kernel, memory-bound kernels at HBM bandwidth, the launches, and the training backend's
+host time per layer (the same engine runs these passes). No end-to-end MFU caps the GEMMs:
+``forward_mfu_cap`` / ``train_mfu_cap`` are whole-pass figures that already contain the
+memory-bound work, launches and host time counted here, so capping with them counted those
+twice.
 
 Work and depth (:mod:`rlperf.stages.base`):
 
@@ -38,14 +39,9 @@ from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import TrainLayout, check_train_layout
 from rlperf.stages.base import StageCost
 from rlperf.stages.microbatch import as_lengths, microbatches_for
-from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes, Tally, capped, components
+from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes, Tally, components
 from rlperf.stages.pipeline import pipeline_times
 from rlperf.stages.shard import Head
-
-
-def forward_view(cluster: Cluster) -> Cluster:
-    """``cluster`` with its matmul efficiencies capped at the profile's forward cap."""
-    return capped(cluster, cluster.profile.forward_cap)
 
 
 def forward_pass(
@@ -76,7 +72,7 @@ def forward_pass(
     check_train_layout(model, layout)
     layout = layout.for_forward_passes()  # its own micro-batch size / token budget, if set
     seqs = as_lengths(seq_tokens)
-    costs = LayoutCosts(model, forward_view(cluster), layout, head)
+    costs = LayoutCosts(model, cluster, layout, head)
     plan = microbatches_for(seqs, layout)
     padded = not layout.packing
     mem = forward_memory(model, layout, plan.max_microbatch_tokens(padded), seq_len=int(seqs.max()))

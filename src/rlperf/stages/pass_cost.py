@@ -570,17 +570,6 @@ class LayoutCosts:
             groups.append((shard.expert_params, self.expert_shard_group))
         return [fn(self.cluster, params * elem_bytes, group) for params, group in groups]
 
-def capped(cluster: Cluster, cap: float) -> Cluster:
-    """``cluster`` with its large-GEMM efficiencies capped at ``cap`` (an end-to-end MFU: the best
-    a whole pass achieves caps what its GEMMs are credited with; the size curve applies below)."""
-    prof = cluster.profile
-    view = prof.model_copy(update={
-        "matmul_efficiency": min(prof.matmul_efficiency, cap),
-        "matmul_efficiency_by_dtype": {k: min(v, cap) for k, v in prof.matmul_efficiency_by_dtype.items()},
-    })
-    return cluster.model_copy(update={"profile": view})
-
-
 def _roof(flops: np.ndarray, num_bytes: np.ndarray, ceiling: tuple[float, float]) -> Roof:
     """:func:`rlperf.cost.roofline.op_time` of one kernel per micro-batch, without launch:
     ``max(flops / FLOP/s, bytes / bytes/s)`` elementwise."""

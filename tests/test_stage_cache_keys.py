@@ -21,7 +21,8 @@ BASE = make_cluster("h100_sxm", num_gpus=8)
 # A value for each field, far from any shipped one.
 ODD: dict[str, float] = {
     "weight_sync_tensor_overhead_s": 0.05, "weight_sync_bucket_overhead_s": 0.5,
-    "engine_load_tensor_overhead_s": 0.02, "decode_hbm_efficiency": 0.11, "engine_step_overhead_s": 0.07,
+    "engine_load_tensor_overhead_s": 0.02, "engine_load_param_walk_s": 1e-4, "decode_hbm_efficiency": 0.11,
+    "engine_step_overhead_s": 0.07,
     "engine_layer_overhead_s": 0.003, "engine_seq_overhead_s": 0.001, "moe_routing_imbalance": 3.0,
 }
 

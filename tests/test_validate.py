@@ -278,7 +278,7 @@ def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch:
     monkeypatch.setattr(cal, "run_cases", fake_run)
     res = cal.fit(cf.cases)
     assert res.factor_map == {"compute": 1.15, "decode": 0.8, "engine_step": 0.0, "engine_load": 0.0, "sync_tensor": 1e-3,
-                              "sync_bucket": 0.0, "fsdp_layer": 0.0}
+                              "sync_bucket": 0.0, "fsdp_layer": 0.0, "load_walk": 0.0}
     assert res.objective_after == pytest.approx(0.0, abs=1e-12)
     assert res.objective_before > 0.1
     assert res.num_cases == 3
@@ -291,7 +291,7 @@ def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch:
     assert loaded.hbm_efficiency == shipped.hbm_efficiency
     assert loaded.weight_sync_tensor_overhead_s == 1e-3 and loaded.engine_step_overhead_s == 0.0
     assert cal.describe(res.factors) == ("compute x1.15, decode x0.8, engine_load = 0 ms, engine_step = 0 ms, "
-                                         "fsdp_layer = 0 ms, sync_bucket = 0 ms, sync_tensor = 1 ms")
+                                         "fsdp_layer = 0 ms, load_walk = 0 ms, sync_bucket = 0 ms, sync_tensor = 1 ms")
 
 
 def test_fit_never_makes_a_metric_of_its_split_worse(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

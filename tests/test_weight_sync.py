@@ -176,3 +176,22 @@ def test_engine_wake_reloads_its_weights_over_pcie() -> None:
     w = inference_memory(QWEN7B, engine, NODES2.accelerator.hbm_bytes).weights_bytes
     assert cost.time_s == pytest.approx(w / NODES2.accelerator.pcie_bandwidth_bytes_per_s)
     assert cost.num_gpus == 16
+
+
+def test_each_load_weights_call_walks_the_engine_parameters() -> None:
+    """load_weights rebuilds dict(named_parameters()) per call: N calls tensor by tensor across
+    pools, one per bucket bucketed, one generator on shared GPUs; Qwen3-30B-A3B's engine holds
+    435 parameter tensors (q/k/v, gate/up fused; a layer's 128 experts in w13 and w2)."""
+    walk = 1e-6
+    cl = _with(NODES2, engine_load_param_walk_s=walk)
+    moe = load_model("Qwen3-30B-A3B")
+    ck = Checkpoint.of(moe)
+    assert ck.num_engine_params == 1 + 1 + 1 + 48 * (1 + 1 + 2 + 2 + 1 + 2)  # embed, norm, head; per layer
+    lay, eng = TrainLayout(dp=4, tp=2, zero_stage=1), EngineLayout(tp=2, replicas=4)
+    per_tensor = broadcast_disaggregated(moe, cl, lay, eng)
+    assert per_tensor.component("reload") == pytest.approx(ck.num_tensors * ck.num_engine_params * walk)
+    sync = WeightSync(transfer="bucketed", bucket_bytes=1e9)
+    bucketed = broadcast_disaggregated(moe, cl, lay, eng, sync=sync)
+    assert bucketed.component("reload") == pytest.approx(math.ceil(moe.weight_bytes("bf16") / 1e9) * ck.num_engine_params * walk)
+    shared = reshard_colocated(moe, cl, TrainLayout(dp=8, tp=2, zero_stage=1), EngineLayout(tp=2, replicas=8))
+    assert shared.component("reload") == pytest.approx(ck.num_engine_params * walk)

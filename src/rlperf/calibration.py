@@ -20,6 +20,9 @@ path, a training backend):
 - ``engine_load`` sets ``engine_load_tensor_overhead_s``: the engine's reload per checkpoint
   tensor after a sync (both paths). With verl's per-tensor and checkpoint-engine rows of the same
   setups the three are told apart;
+- ``load_walk`` sets ``engine_load_param_walk_s``: the engine's host time per parameter tensor of
+  each ``load_weights`` call (its ``named_parameters`` walk), one call per tensor, per bucket or
+  per colocated sync;
 - ``fsdp_layer`` sets ``fsdp_layer_overhead_s``: the FSDP training backend's host time per layer
   and micro-batch pass (Megatron's is shipped, fitted on vTrain's iterations).
 
@@ -99,6 +102,9 @@ PARAMS: dict[str, Param] = {
     "engine_load": Param(
         "set", ("engine_load_tensor_overhead_s",), (0.0, 0.05e-3, 0.1e-3, 0.15e-3, 0.2e-3, 0.3e-3, 0.4e-3, 0.7e-3, 1e-3)
     ),
+    # Seconds per engine parameter tensor walked by each load_weights call: 0 to 3 us (a Python
+    # generator step and a dict insert per parameter).
+    "load_walk": Param("set", ("engine_load_param_walk_s",), (0.0, 0.25e-6, 0.5e-6, 0.75e-6, 1e-6, 1.5e-6, 2e-6, 3e-6)),
     # FSDP's host time per layer and micro-batch pass (hooks, per-layer all-gather launches): the
     # training backend's own figure; Megatron's (megatron_layer_overhead_s) is shipped, fitted on
     # vTrain's iterations (docs/validation.md), and stays as shipped. 0 to 4 ms.
@@ -110,7 +116,8 @@ GROUPS: dict[str, tuple[str, ...]] = {name: p.fields for name, p in PARAMS.items
 """Calibration parameter -> the HardwareProfile fields it changes."""
 
 BLOCKS: tuple[tuple[str, ...], ...] = (
-    ("sync_tensor", "engine_load"), ("sync_bucket",), ("decode", "engine_step"), ("fsdp_layer",), ("compute",)
+    ("sync_tensor", "engine_load"), ("load_walk", "sync_bucket"), ("decode", "engine_step"), ("fsdp_layer",),
+    ("compute",)
 )
 """The coordinate descent's blocks, each searched on its joint grid. ``decode`` and
 ``engine_step`` trade off against each other (both lengthen decode steps; the overhead more for

@@ -75,7 +75,8 @@ class Accelerator(Spec):
 
 
 SYNC_ONLY_FIELDS: frozenset[str] = frozenset(
-    {"weight_sync_tensor_overhead_s", "weight_sync_bucket_overhead_s", "engine_load_tensor_overhead_s"}
+    {"weight_sync_tensor_overhead_s", "weight_sync_bucket_overhead_s", "engine_load_tensor_overhead_s",
+     "engine_load_param_walk_s"}
 )
 """HardwareProfile fields only the weight sync reads (rlperf.stages.weight_sync)."""
 
@@ -162,6 +163,9 @@ class HardwareProfile(Spec):
     # The engine's load_weights per checkpoint tensor (reload after a sync, both transfer modes;
     # stages.weight_sync). None: nothing.
     engine_load_tensor_overhead_s: OverheadSeconds | None = None
+    # Host time per engine parameter tensor of one load_weights call: every call rebuilds
+    # dict(named_parameters()) over the whole model (stages.weight_sync). None: nothing.
+    engine_load_param_walk_s: OverheadSeconds | None = None
     # MoE decode with expert parallelism: the busiest rank's distinct experts read per step over
     # the uniform-routing figure (popular experts; stages.rollout_step). None: 1 (no published
     # figure, and no calibration case could identify it).

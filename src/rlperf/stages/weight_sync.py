@@ -26,7 +26,13 @@ slime broadcast the same way), tensor by tensor through one loop on every rank:
    place (the same process, or CUDA IPC handles): no transfer.
 4. **Reload**: the engine's ``load_weights`` copies its slice of each tensor into its buffers
    (one HBM read and write of its shard) and pays a host cost per tensor (name mapping, the
-   MoE expert loader per expert matrix).
+   MoE expert loader per expert matrix). Every ``load_weights`` call first rebuilds
+   ``params_dict = dict(self.named_parameters())`` over the engine's whole module tree (the
+   pattern of vLLM's and SGLang's model files; sglang#30848 names it as a cost of RL weight
+   sync), so a call costs in proportion to the engine's parameter tensors
+   (:attr:`Checkpoint.num_engine_params`: q/k/v and gate/up fused, a layer's experts in two
+   fused tensors). verl's loops call it once per tensor (per_tensor, disaggregated), once per
+   bucket (bucketed), once with a generator of all tensors (colocated hybrid engine).
 
 Host costs that follow the number of calls, not the bytes, are profile figures (None in every
 shipped profile: no source publishes them; ``rlperf validate --calibrate`` fits each on the
@@ -36,6 +42,7 @@ calibration split), one per path because the paths do different host work per ca
                                                            launch and a sync per tensor)
     calls_bucketed   = ceil(bytes / bucket_bytes) x weight_sync_bucket_overhead_s
     reload           = N x engine_load_tensor_overhead_s   (both paths: load_weights per tensor)
+                     + load_calls x P x engine_load_param_walk_s   (P engine parameter tensors)
 
     sync = gather + convert + transfer + staging + calls + reload + copy      (nothing overlaps:
            verl's loop runs each step of a tensor, or a bucket, after the previous one)
@@ -93,7 +100,17 @@ class Checkpoint:
     def of(cls, model: ModelSpec) -> Checkpoint:
         moe = model.moe
         experts = 0 if moe is None else model.num_moe_layers * moe.num_experts * model.mlp.num_matrices
-        return cls(model.num_weight_tensors, experts, float(model.num_params), float(model.breakdown.experts))
+        # vLLM/SGLang fuse q, k, v (and their biases) into qkv_proj, gate and up into
+        # gate_up_proj, and a layer's routed experts into w13 and w2 (FusedMoE).
+        layers, moe_layers = model.num_layers, model.num_moe_layers
+        fused = 0 if model.fused_qkv or model.mla is not None else 2 * (2 if model.qkv_bias else 1) * layers
+        if model.mlp.gated and not model.mlp.fused_gate_up:
+            mlps = layers - moe_layers + (moe_layers if moe is not None and moe.shared_intermediate_size else 0)
+            fused += mlps * (2 if model.mlp_bias else 1)
+        engine = model.num_weight_tensors - experts - fused + 2 * moe_layers
+        return cls(model.num_weight_tensors, experts, float(model.num_params), float(model.breakdown.experts), engine)
+
+    num_engine_params: int  # parameter tensors of the engine's module tree (named_parameters)
 
     @property
     def num_dense_tensors(self) -> int:
@@ -212,12 +229,16 @@ def _sync_steps(model: ModelSpec, cluster: Cluster, layout: TrainLayout, engine:
         if bucketed:  # each trainer rank's share: down to pinned host memory, and back per bucket
             staging_s = 2 * full_bytes / layout.world_size / cluster.accelerator.pcie_bandwidth_bytes_per_s
     per_call = prof.weight_sync_bucket_overhead_s if bucketed else prof.weight_sync_tensor_overhead_s
+    # load_weights calls: one per bucket, one per tensor across pools, one generator on shared GPUs
+    load_calls = calls if bucketed or transfer_group is not None else 1
+    reload_s = ck.num_tensors * (prof.engine_load_tensor_overhead_s or 0.0)
+    reload_s += load_calls * ck.num_engine_params * (prof.engine_load_param_walk_s or 0.0)
     shard = _engine_shard_params(model, engine)
     copy_s, copy_bytes = _elementwise_s(cluster, 2 * shard * bytes_per(engine.dtype))
     return _Sync(
         gather=gather, convert_s=convert_s, transfer_s=transfer_s, staging_s=staging_s,
         calls_name="per_bucket" if bucketed else "per_tensor", calls_s=calls * (per_call or 0.0),
-        reload_s=ck.num_tensors * (prof.engine_load_tensor_overhead_s or 0.0), copy_s=copy_s, copy_bytes=copy_bytes,
+        reload_s=reload_s, copy_s=copy_s, copy_bytes=copy_bytes,
     )
 
 

@@ -116,14 +116,15 @@ GROUPS: dict[str, tuple[str, ...]] = {name: p.fields for name, p in PARAMS.items
 """Calibration parameter -> the HardwareProfile fields it changes."""
 
 BLOCKS: tuple[tuple[str, ...], ...] = (
-    ("sync_tensor", "engine_load"), ("load_walk", "sync_bucket"), ("decode", "engine_step"), ("fsdp_layer",),
+    ("load_walk", "engine_load"), ("sync_tensor", "sync_bucket"), ("decode", "engine_step"), ("fsdp_layer",),
     ("compute",)
 )
 """The coordinate descent's blocks, each searched on its joint grid. ``decode`` and
 ``engine_step`` trade off against each other (both lengthen decode steps; the overhead more for
 small, fast steps): one at a time, the descent stops where neither alone improves (a first
-version stopped at decode x0.6 with 1 ms, where x1.0 with 4 ms fits better). The per-call and
-per-reload sync costs trade off the same way (both are per tensor tensor by tensor). The sync
+version stopped at decode x0.6 with 1 ms, where x1.0 with 4 ms fits better). The engine's
+reload costs (per load_weights call, per tensor) trade off the same way, and the per-call host
+costs of the two transfer paths come next, with what the reload leaves. The sync
 blocks come first and are cheap: the stage caches of rlperf.sim.costs key rollouts and training
 stages without the sync figures, so the workers of one pool reuse them from grid point to grid
 point (likewise the training stages across the decode block)."""

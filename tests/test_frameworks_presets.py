@@ -74,6 +74,8 @@ def test_default_plan_fits_the_cluster(name: str, scenario: str) -> None:
     lay = plan.layout_for("actor")
     assert lay.dp * lay.tp * lay.pp * lay.cp <= size[assign["actor"]]
     assert plan.placement.kind == preset.defaults.placement
+    # the framework's training backend sets the layout's (Megatron's host costs; DeepSpeed as FSDP)
+    assert lay.backend == ("megatron" if preset.defaults.backend == "megatron" else "fsdp")
     assert (plan.mode.kind, plan.mode.fusion) == (preset.defaults.mode, preset.defaults.fusion)
     # the engine holds the bf16 weights in at most half its memory share, or the notes say why not
     weights = sc.models["actor"].weight_bytes("bf16") / e.tp

@@ -28,7 +28,7 @@ from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout
-from rlperf.stages.rollout_step import SAMPLER_PASSES, StepModel
+from rlperf.stages.rollout_step import KERNELS_PER_LAYER, SAMPLER_PASSES, StepModel
 
 if TYPE_CHECKING:
     from rlperf.scenario import Scenario
@@ -107,9 +107,10 @@ def decode_step_breakdown(
         ))
     terms.append(StepTerm("KV cache read", (ctx + b) * step.kv_bytes_per_token_per_gpu / step.hbm_bytes_per_s / mb,
                           "memory", hbm_src))
-    launch = "graph_kernel_launch_s" if cuda_graphs else "kernel_launch_s"
-    terms.append(StepTerm(f"kernel launches ({'CUDA graphs' if cuda_graphs else 'eager'})", step.floor_s, "floor",
-                          f"{_prov(cluster, launch)} x 9 kernels x {model.num_layers} layers"))
+    terms.append(StepTerm(
+        f"kernel launches ({'CUDA graphs' if cuda_graphs else 'eager'})", step.floor_s, "floor",
+        f"{_prov(cluster, 'graph_kernel_launch_s')} x {KERNELS_PER_LAYER} kernels x {model.num_layers} layers" if cuda_graphs
+        else f"{_prov(cluster, 'eager_layer_launch_s')} x {model.num_layers} layers"))
     act = b * model.hidden_size * bytes_per(layout.dtype) / mb
     if layout.tp > 1:
         group = group_for(cluster, layout.tp)

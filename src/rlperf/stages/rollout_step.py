@@ -21,7 +21,8 @@ micro-batches in flight the token-proportional terms divide by their number, see
                     + (pp-1) stage hand-offs (one point-to-point send of the activations)
                     + the all-gather of the vocab-parallel logits over the tp group (b · V fp32)
     sampler = b · V · 4 bytes · SAMPLER_PASSES / (HBM bandwidth · decode_hbm_efficiency)
-    launch floor = graph_kernel_launch_s · KERNELS_PER_LAYER · L
+    launch floor = graph_kernel_launch_s · KERNELS_PER_LAYER · L   (CUDA graphs)
+                 = eager_layer_launch_s · L                        (eager)
     host = engine_step_overhead_s + engine_layer_overhead_s · L + engine_seq_overhead_s · n
            (profile; n = sequences in the step, decoding and prefilling; 0 where unset)
 
@@ -63,9 +64,12 @@ The launch floor enters the max, not the sum: a step cannot finish before its ke
 launched, but launches overlap with the kernels of the step, and ``decode_hbm_efficiency`` is an
 end-to-end decode figure (gpt-fast MBU) that already carries the gaps between kernels; adding
 the launches on top would count them twice. vLLM and SGLang replay decode steps as CUDA graphs,
-so the per-kernel cost is the profile's ``graph_kernel_launch_s`` (``kernel_launch_s`` for eager
-execution: ``EngineLayout.cuda_graphs = False``, vLLM's ``enforce_eager``). The floor binds only
-for very small models.
+so the per-kernel cost is the profile's ``graph_kernel_launch_s`` and the floor binds only for
+very small models. In eager execution (``EngineLayout.cuda_graphs = False``, vLLM's
+``enforce_eager``) the host dispatches every op of every layer through Python and the
+PyTorch dispatcher, and the floor is ``eager_layer_launch_s · L`` (Llama-3.1-8B on an H100:
+8.4 ms per decode step eager against 5.1 ms as a CUDA graph, the eager step host-bound:
+262.5 us per layer; profiles.yaml), which binds for small batches.
 
 The roofline ``max(compute, memory)`` is the usual decode model (Williams et al. 2009; Pope et
 al. 2022, "Efficiently Scaling Transformer Inference", §2). With the batch fixed, the total
@@ -185,7 +189,7 @@ class StepModel:
         kv_share = kv_heads_per_device(model, tp) / (
             1 if model.mla is not None else model.num_kv_heads
         )
-        launch_s = prof.graph_kernel_launch_s if cuda_graphs else prof.kernel_launch_s
+        launch_s = prof.graph_kernel_launch_s
         moe = model.moe
         hbm = acc.hbm_bandwidth_bytes_per_s * prof.decode_hbm_efficiency
         whole_experts = moe is not None and layout.ep > 1
@@ -207,7 +211,7 @@ class StepModel:
             kv_bytes_per_token_per_gpu=model.kv_bytes_per_token(layout.kv_dtype) * kv_share,
             num_experts=moe.num_experts if moe is not None else 0,
             experts_per_token=moe.experts_per_token if moe is not None else 0,
-            floor_s=launch_s * KERNELS_PER_LAYER * model.num_layers,
+            floor_s=(launch_s * KERNELS_PER_LAYER if cuda_graphs else prof.eager_layer_launch_s) * model.num_layers,
             overhead_s=prof.engine_step_s(model.num_layers),
             expert_ranks=expert_ranks,
             routing_imbalance=prof.moe_routing_imbalance or 1.0,

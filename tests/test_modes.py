@@ -240,3 +240,18 @@ def test_train_parts_need_streaming() -> None:
 
     with pytest.raises(ValidationError, match="train_parts"):
         ExecutionMode(kind="async", staleness=1, train_parts=4)
+
+
+def test_streaming_step_does_not_depend_on_the_simulated_length() -> None:
+    # Long responses accumulate in flight for several syncs before the trained batches have
+    # their steady length mix; the simulation extends its warm-up past the longest lag it saw
+    # (trained, or still in flight), whatever warm-up was asked for.
+    m = ExecutionMode(kind="streaming", staleness_threshold=0.5, train_parts=2)
+    split = Placement(kind="disaggregated", rollout_gpus=6)
+    short = run(m, split, iterations=3, warmup=1, sample=same_every_step(2, mean=600.0), prompts=16)
+    long = run(m, split, iterations=14, warmup=1, sample=same_every_step(2, mean=600.0), prompts=16)
+    for r in (short, long):
+        assert r.warmup > max(r.staleness) + 1
+        assert not any("settle" in n for n in r.notes)
+    assert short.warmup == long.warmup
+    assert short.step_time_s == pytest.approx(long.step_time_s, rel=0.05)

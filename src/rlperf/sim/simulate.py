@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 import numpy as np
 
@@ -598,6 +598,10 @@ class Simulator:
         notes: list[str] = []
         if self.rounds > 1:
             notes.append(f"dynamic sampling: {self.rounds} generation rounds per step (keep rate {cfg.keep_rate})")
+        settle = self.settle_iterations()
+        if settle > self.warmup:
+            notes.append(f"{self.mode.label}: requests carried across syncs settle after about {settle} warm-up "
+                         f"iterations; {self.warmup} simulated (trained batches may be short-biased)")
         if self.warmup_needed > self.warmup:
             notes.append(f"{self.mode.label} settles after {self.warmup_needed} warm-up iterations; "
                          f"{cfg.iterations} simulated are too few for a steady state")
@@ -721,6 +725,19 @@ class Simulator:
         path = sum(paths) / steps
         return Bounds(work_mean, path, self.cfg.num_gpus, s, lb, step_time / lb if lb > 0 else math.inf)
 
+    def settle_iterations(self) -> int:
+        """Warm-up after which the requests carried across calls have their steady mix: in the
+        first calls only short responses finish while long ones accumulate in flight, so the
+        trained batches are short-biased until a request of the longest observed lag (trained,
+        or still in flight at the end) has passed through. 0 for modes with a lag bound (their
+        warm-up is exact)."""
+        if self.mode.staleness_bound(self.cap) is not None or not self.mode.carries_unfinished:
+            return 0
+        lags = [s for it in self.iters for s in it.staleness]
+        last = self.num_iterations - 1
+        lags += [int(last - v) for v in self.engine.carry_version]
+        return max(lags, default=0) + self.mode.bound_staleness(self.colocated_switch) + 1
+
     def _stage_pool(self, stage: str) -> str | None:
         for t, p in self.task_pool.items():
             if self.task_stage[t] == stage and p is not None:
@@ -739,5 +756,23 @@ def _union_length(spans: list[tuple[float, float]]) -> float:
     return total
 
 
+# Streaming: at most this many warm-up iterations are simulated to let the carried requests
+# settle (a longer tail is reported in the result's notes instead).
+MAX_SETTLE_ITERATIONS = 24
+
+
 def simulate(cfg: SimConfig, costs: StageCosts) -> SimResult:
-    return Simulator(cfg, costs).run()
+    """Run the simulation; for a mode whose carried requests have no lag bound (streaming), run
+    it again with the warm-up the carried requests turned out to need (at most twice), so the
+    result does not depend on the configured length once past warm-up."""
+    sim = Simulator(cfg, costs)
+    result = sim.run()
+    for _ in range(2):
+        need = sim.settle_iterations()
+        if need <= sim.warmup or need > MAX_SETTLE_ITERATIONS:
+            break
+        measured = cfg.iterations - sim.warmup
+        cfg = replace(cfg, iterations=need + measured, warmup=need)
+        sim = Simulator(cfg, costs)
+        result = sim.run()
+    return result

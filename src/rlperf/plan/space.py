@@ -2,21 +2,36 @@
 
 Enumeration is structural (divisibility); memory is checked when a candidate's stage costs are
 first computed (the cost models raise SpecError with the reason), and every rejection keeps
-its reason for ``rlperf plan --explain``.
+its reason for ``rlperf plan --explain``. Knobs whose best value memory decides (ZeRO stage,
+recompute, token budget, offload) are not enumerated blindly: for each training pool they take
+the fastest value the memory model (rlperf.cost.memory.train_memory) lets fit, so the space keeps
+one candidate per layout.
 
 Grid (documented choices, not tuned; kept small so that a search fits in a minute on 2 cores):
-- placement: colocated; disaggregated with the rollout pool at 1/4, 1/2 and 3/4 of the cluster
-  rounded to whole nodes (or to engine sizes inside one node); hybrid (algorithms with frozen
-  models only): one node for the frozen reference / reward model, the rest split in half;
+- placement: colocated; disaggregated with the rollout pool at every node boundary (or engine
+  boundary inside one node) up to 8 nodes, at 1/4, 1/2 and 3/4 of the cluster rounded to whole
+  nodes beyond; hybrid (algorithms with frozen models only): one node for the frozen
+  reference / reward model, the rest split in half;
 - rollout engine: tp in {1, 2, 4, 8} dividing the heads (ep = tp for MoE);
-- training layout: tp in {1, 2, 4, 8} dividing the heads; Ulysses cp: the smallest power of two
-  that brings the longest sequence under 32k tokens per GPU, and twice that; pp in {1, 2, 4}
-  only when a node cannot hold the model states fully sharded; ZeRO-3 (FSDP), full recompute;
-  token budget per micro-batch = the longest sequence / cp rounded up to a power of two, at
-  least 16k; ep = the largest of {8, 4, 2, 1} dividing the experts, for MoE;
+- training layout: tp in {1, 2, 4, 8} dividing the heads; context parallel: the smallest power
+  of two that brings the longest sequence under 32k tokens per GPU, and twice that, Ulysses
+  where cp·tp divides the heads, else ring attention; pp in {1, 2, 4} only when a node cannot
+  hold the model states fully sharded (interleaved, 2 virtual stages, in the fast rung where
+  the layers divide and it fits); ep = the largest of {8, 4, 2, 1} dividing the experts, for MoE;
+- memory rung of each training layout on its pool (:meth:`MemoryRungs.fitted`): the fast
+  rung, no recompute at the largest power-of-two token budget per micro-batch that fits (on
+  split pools and with tp/pp/ep/ring the lowest ZeRO stage that fits), when it fits; else the
+  safe rung, ZeRO-3 (FSDP) with full recompute and a token budget of the longest sequence / cp
+  rounded up to a power of two, at least 16k, rescued if even that does not fit (smaller
+  budgets, then the optimizer offloaded, then the parameters);
 - execution mode: sync, sync + stage fusion, one-step off-policy, async (staleness 2) and
   streaming (verl fully_async with partial rollout, staleness threshold 0.5) on split pools,
   partial rollout with a budget of half the response cap.
+
+Not searched (the scenario's values are kept): the engine's gpu_memory_utilization,
+max_num_seqs and pp (each would multiply the rollout simulations, the estimate's dominant cost),
+per-role layouts (the critic, reference and reward models take the actor's layout), selective
+recompute (with FlashAttention it keeps what no recompute keeps: rlperf.cost.memory).
 """
 
 from __future__ import annotations
@@ -25,10 +40,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from rlperf.cost.memory import train_memory
 from rlperf.errors import SpecError
 from rlperf.modes import GenerationRounds, mode_of
 from rlperf.scenario import Scenario
-from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout, check_train_layout
+from rlperf.specs.parallel import (
+    ContextParallel,
+    EngineLayout,
+    TrainLayout,
+    check_engine_layout,
+    check_train_layout,
+)
 from rlperf.specs.plan import ExecutionMode, Placement, Plan, Pool
 
 
@@ -76,23 +98,32 @@ def _pow2_upto(n: int) -> list[int]:
     return out
 
 
-def rollout_splits(total: int, per_node: int, engine_gpus: int) -> list[int]:
-    """Rollout pool sizes for split placements: quarters of the cluster, rounded to whole nodes
-    (or to whole engines inside one node), deduplicated, each leaving GPUs for training."""
+def rollout_splits(total: int, per_node: int, engine_gpus: int, parts: int = 4) -> list[int]:
+    """Rollout pool sizes for split placements: ``k/parts`` of the cluster (quarters by
+    default), rounded to whole nodes (or to whole engines inside one node), deduplicated, each
+    leaving GPUs for training."""
     unit = per_node if total > per_node else engine_gpus
     sizes = set()
-    for k in (1, 2, 3):
-        g = round(total * k / 4 / unit) * unit
+    for k in range(1, parts):
+        g = round(total * k / parts / unit) * unit
         if unit <= g < total:
             sizes.add(g)
     return sorted(sizes)
+
+
+# Split placements at every node (engine) boundary up to this many nodes (engines), else at
+# quarters: a finer grid on 128 nodes quintupled the 1,024-GPU question's plans (15,498 ->
+# 70,350) and its CPU time (44.5 -> 207.5 CPU-s) without changing its best plan.
+SPLIT_EVERY_UNIT_UP_TO = 8
 
 
 def placements(sc: Scenario, engine_gpus: int) -> list[tuple[Placement, str]]:
     total = sc.cluster.num_gpus
     node = sc.cluster.gpus_per_node
     out: list[tuple[Placement, str]] = [(Placement(kind="colocated"), "colocated")]
-    for g in rollout_splits(total, node, engine_gpus):
+    unit = node if total > node else engine_gpus
+    parts = total // unit if total // unit <= SPLIT_EVERY_UNIT_UP_TO else 4
+    for g in rollout_splits(total, node, engine_gpus, parts):
         out.append((Placement(kind="disaggregated", rollout_gpus=g), f"disagg {g}+{total - g}"))
     frozen = [r for r in sc.algorithm.frozen if r in ("ref", "reward_model")]
     if sc.spec.algorithm.reward.kind != "model":
@@ -132,6 +163,8 @@ def _next_pow2(n: int) -> int:
 
 
 def train_layouts(sc: Scenario) -> list[TrainLayout]:
+    """The structural training layouts (tp, pp, cp, ep; the safe memory rung), before a pool
+    size is known: :func:`fitted_layouts` places each on a pool."""
     model = sc.models["actor"]
     node = sc.cluster.gpus_per_node
     max_seq = sc.workload.max_sequence_tokens
@@ -152,14 +185,17 @@ def train_layouts(sc: Scenario) -> list[TrainLayout]:
                 if tp * cp > node:
                     continue
                 budget = max(16384, _next_pow2(-(-max_seq // cp)))
-                # lora_rank: what the run trains (the scenario's), not a layout choice
-                lay = TrainLayout(tp=tp, pp=pp, cp=cp, cp_kind="ulysses", ep=1, zero_stage=3, recompute="full",
-                                  max_tokens_per_microbatch=budget, sequence_parallel=tp > 1, lora_rank=lora)
-                try:
-                    check_train_layout(model, lay)
-                except SpecError:
-                    continue
-                out.append(lay.model_copy(update={"ep": ep}) if ep > 1 else lay)
+                # Ulysses needs the heads to divide cp·tp; ring attention does not.
+                kinds: list[ContextParallel] = ["ulysses"] if cp == 1 or model.num_heads % (cp * tp) == 0 else ["ring"]
+                for kind in kinds:
+                    # lora_rank: what the run trains (the scenario's), not a layout choice
+                    lay = TrainLayout(tp=tp, pp=pp, cp=cp, cp_kind=kind, ep=1, zero_stage=3, recompute="full",
+                                      max_tokens_per_microbatch=budget, sequence_parallel=tp > 1, lora_rank=lora)
+                    try:
+                        check_train_layout(model, lay)
+                    except SpecError:
+                        continue
+                    out.append(lay.model_copy(update={"ep": ep}) if ep > 1 else lay)
     return out
 
 
@@ -168,6 +204,109 @@ def streaming_mode(minibatches: int, threshold: float = 0.5) -> ExecutionMode:
     default ``trigger_parameter_sync_step`` (4) allows with whole mini-batches each."""
     parts = max(d for d in (4, 2, 1) if minibatches % d == 0)
     return ExecutionMode(kind="streaming", staleness_threshold=threshold, train_parts=parts)
+
+
+class MemoryRungs:
+    """The memory rung of each structural layout on a training pool (module docstring),
+    memoized per (layout, pool size, split): the memory model is closed form, so choosing costs
+    a few microseconds per layout, and the space keeps one candidate per layout."""
+
+    def __init__(self, sc: Scenario) -> None:
+        self.sc = sc
+        self._memo: dict[tuple[TrainLayout, int, bool], TrainLayout] = {}
+
+    def _fits(self, lay: TrainLayout, gpus: int) -> bool:
+        sc = self.sc
+        dp = gpus // (lay.tp * lay.pp * lay.cp)
+        if dp < 1:
+            return False
+        max_seq = sc.workload.max_sequence_tokens
+        # A micro-batch holds budget·cp tokens over its cp group, or the longest sequence alone;
+        # as many micro-batches as the schedule ever keeps in flight (a long mini-batch's).
+        tokens = max((lay.max_tokens_per_microbatch or max_seq) * lay.cp, max_seq)
+        try:
+            mem = train_memory(sc.models["actor"], lay.model_copy(update={"dp": dp}), tokens, seq_len=max_seq,
+                               num_microbatches=1 << 20)
+        except SpecError:
+            return False
+        return mem.total_bytes <= sc.cluster.accelerator.hbm_bytes
+
+    def _budgets(self, lay: TrainLayout) -> list[int]:
+        """Powers of two from the layout's budget down to the one that holds the longest
+        sequence (smaller budgets would not lower the peak: that sequence is a micro-batch)."""
+        b = lay.max_tokens_per_microbatch or 16384
+        out = [b]
+        while b * lay.cp > self.sc.workload.max_sequence_tokens and b > 1024:
+            b //= 2
+            out.append(b)
+        return out
+
+    def fitted(self, lay: TrainLayout, gpus: int, split: bool) -> TrainLayout:
+        """``lay`` on a training pool of ``gpus`` (``split``: not time-shared with the rollout).
+
+        The fast rung when it fits: no recompute at the largest budget that fits (forward-only
+        passes keep the layout's budget: they keep no activations for a backward), and on split
+        pools or with tp/pp/ep/ring the lowest ZeRO stage that fits there (a data-parallel
+        layout on a colocated pool keeps ZeRO-3: its states move to the host and back at every
+        phase switch, 1/dp of them per GPU only when sharded).
+        Pipelines take the interleaved schedule (2 virtual stages) in the fast rung where it fits.
+        Measured with the cost model (docs/benchmarks.md): the fast rung's update is 25-30%
+        shorter on every layout tried (0.5B to 32B, dense and MoE, 1 to 128 GPUs), its
+        forward passes at most 7% longer without the separate forward budget; interleaving
+        shortens a pipelined update by 1-2%.
+        Else the safe rung, rescued if it does not fit: the budget halved down to the longest
+        sequence, then the optimizer offloaded, then the parameters too. Nothing fits: ``lay``,
+        whose rejection names the reason."""
+        key = (lay, gpus, split)
+        got = self._memo.get(key)
+        if got is not None:
+            return got
+        budget = lay.max_tokens_per_microbatch
+        # Interleaved 1F1B (Narayanan et al. 2021) divides the bubble by the virtual stages but
+        # keeps more micro-batches in flight: first where the layers divide, else plain 1F1B.
+        schedules = [lay]
+        if lay.pp > 1 and self.sc.models["actor"].num_layers % (2 * lay.pp) == 0:
+            schedules.insert(0, lay.model_copy(update={"pp_schedule": "interleaved", "virtual_stages": 2}))
+        fast = next((f for sched in schedules for b in self._budgets(lay)
+                     if self._fits(f := sched.model_copy(update={
+                         "recompute": "none", "max_tokens_per_microbatch": b,
+                         "forward_max_tokens_per_microbatch": budget if budget is not None and b < budget else None}), gpus)),
+                    None)
+        if fast is not None:
+            # Tensor/pipeline/expert-parallel layouts run with Megatron's distributed optimizer
+            # (ZeRO-1) in the frameworks that run them; FSDP + tp is rare (verl refuses it).
+            model_parallel = lay.tp > 1 or lay.pp > 1 or lay.ep > 1 or (lay.cp > 1 and lay.cp_kind == "ring")
+            if split or model_parallel:
+                fast = next((z for stage in (1, 2) if self._fits(z := fast.model_copy(update={"zero_stage": stage}), gpus)), fast)
+            got = fast
+        elif self._fits(lay, gpus):
+            got = lay
+        else:
+            rescue = [lay.model_copy(update={"max_tokens_per_microbatch": b}) for b in self._budgets(lay)[1:]]
+            small = rescue[-1] if rescue else lay
+            rescue += [small.model_copy(update={"offload_optimizer": True}),
+                       small.model_copy(update={"offload_optimizer": True, "offload_params": True})]
+            got = next((r for r in rescue if self._fits(r, gpus)), lay)
+        self._memo[key] = got
+        return got
+
+
+def layout_label(lay: TrainLayout) -> str:
+    """``train tp1 pp1 cp1 mb16k`` and whatever differs from the safe rung's defaults."""
+    parts = [f"train tp{lay.tp} pp{lay.pp} cp{lay.cp}"]
+    if lay.cp > 1 and lay.cp_kind == "ring":
+        parts.append("ring")
+    if lay.virtual_stages > 1:
+        parts.append(f"vpp{lay.virtual_stages}")
+    fwd = lay.forward_max_tokens_per_microbatch
+    parts.append(f"mb{(lay.max_tokens_per_microbatch or 0) // 1024}k" + (f"/fwd{fwd // 1024}k" if fwd else ""))
+    if lay.zero_stage != 3:
+        parts.append(f"zero{lay.zero_stage}")
+    if lay.recompute != "full":
+        parts.append(f"recompute {lay.recompute}")
+    if lay.offload_optimizer or lay.offload_params:
+        parts.append("offload " + "+".join(w for w, on in (("params", lay.offload_params), ("optimizer", lay.offload_optimizer)) if on))
+    return " ".join(parts)
 
 
 def modes(sc: Scenario, split: bool, opts: SearchOptions) -> list[tuple[ExecutionMode, str]]:
@@ -200,10 +339,13 @@ def enumerate_candidates(sc: Scenario, opts: SearchOptions) -> Iterator[Candidat
     if not layouts:
         yield Rejected("training layout", "no tp/pp/cp layout fits the longest sequence and the heads")
         return
+    rungs = MemoryRungs(sc)
     for eng in engines:
         for place, plabel in placements(sc, eng.tp * eng.pp):
             split = place.kind != "colocated"
-            for lay in layouts:
+            pools, assign = place.resolve(sc.cluster.num_gpus)
+            train_gpus = next(p.num_gpus for p in pools if p.name == assign["actor"])
+            for lay in (rungs.fitted(b, train_gpus, split) for b in layouts):
                 for mode, mlabel in modes(sc, split, opts):
                     plan = base.model_copy(update={
                         "placement": place,
@@ -211,9 +353,7 @@ def enumerate_candidates(sc: Scenario, opts: SearchOptions) -> Iterator[Candidat
                         "layouts": {"actor": lay},
                         "mode": mode,
                     })
-                    label = (f"{plabel} | gen tp{eng.tp} | train tp{lay.tp} pp{lay.pp} cp{lay.cp}"
-                             f" mb{(lay.max_tokens_per_microbatch or 0) // 1024}k | {mlabel}")
-                    yield Candidate(plan, label)
+                    yield Candidate(plan, f"{plabel} | gen tp{eng.tp} | {layout_label(lay)} | {mlabel}")
 
 
 def framework_default_plans(sc: Scenario) -> list[Candidate]:

@@ -1,0 +1,114 @@
+"""The plan space's knobs: memory rungs (recompute, token budget, ZeRO stage, offload) chosen by
+the memory model and agreeing with the training stage's own memory check, ring attention where
+Ulysses cannot split the heads, interleaved pipelines, splits at every node boundary."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlperf.api import build_scenario
+from rlperf.cost.memory import train_memory
+from rlperf.errors import SpecError
+from rlperf.plan.space import Candidate, MemoryRungs, SearchOptions, enumerate_candidates, placements, train_layouts
+from rlperf.scenario import Scenario
+from rlperf.stages.train import train_step
+
+
+def _scenario(**q: object) -> Scenario:
+    return build_scenario(None, **q)[0]  # type: ignore[arg-type]
+
+
+def _fits_train_step(sc: Scenario, lay: object, gpus: int) -> bool:
+    """The training stage's own memory check (rlperf.stages.train) on the scenario's batch."""
+    from rlperf.specs.parallel import TrainLayout
+
+    assert isinstance(lay, TrainLayout)
+    s = sc.workload.sample(0)
+    seq = np.repeat(np.asarray(s.prompt_tokens), len(s.response_tokens[0])) + np.asarray(s.response_tokens).reshape(-1)
+    try:
+        train_step(sc.models["actor"], sc.cluster.with_gpus(gpus), lay.model_copy(update={"dp": gpus // (lay.tp * lay.pp * lay.cp)}),
+                   seq, num_minibatches=sc.minibatches, epochs=sc.epochs)
+    except SpecError as err:
+        assert "GB per GPU" in str(err), err
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("question", "gpus"), [
+    ({"model": "Qwen2.5-0.5B", "nodes": 1, "gpus_per_node": 2}, 2),
+    ({"model": "Qwen2.5-7B", "nodes": 1, "prompts": 64, "group_size": 8}, 8),
+    ({"model": "Qwen2.5-32B", "nodes": 2, "prompts": 32, "group_size": 4}, 16),
+])
+def test_the_chosen_rung_passes_the_training_stage_memory_check(question: dict[str, object], gpus: int) -> None:
+    sc = _scenario(**question)
+    rungs = MemoryRungs(sc)
+    chosen = 0
+    for base in train_layouts(sc):
+        for split in (False, True):
+            lay = rungs.fitted(base, gpus, split)
+            if lay is base:
+                continue  # nothing fits: the plain layout stays and its rejection names why
+            chosen += 1
+            assert _fits_train_step(sc, lay, gpus), lay
+            if lay.recompute == "none":
+                # The fastest rung that fits: full recompute would only add the forward's replay.
+                assert lay.zero_stage == 3 or split or lay.tp > 1 or lay.pp > 1 or lay.ep > 1 or lay.cp_kind == "ring"
+            else:
+                # The fast rung did not fit at any budget that still holds the longest sequence.
+                b = max(1024, base.max_tokens_per_microbatch or 0)
+                assert not _fits_train_step(sc, base.model_copy(update={"recompute": "none", "max_tokens_per_microbatch": b}), gpus)
+    assert chosen
+
+
+def test_roomy_pools_drop_recompute_and_split_pools_drop_zero3() -> None:
+    sc = _scenario(model="Qwen2.5-0.5B", nodes=1, gpus_per_node=2)
+    base = train_layouts(sc)[0]
+    colocated = MemoryRungs(sc).fitted(base, 2, split=False)
+    split = MemoryRungs(sc).fitted(base, 1, split=True)
+    assert (colocated.recompute, colocated.zero_stage) == ("none", 3)
+    assert (split.recompute, split.zero_stage) == ("none", 1)
+    # The forward-only passes keep the layout's budget when the update's shrank.
+    assert split.forward_max_tokens_per_microbatch in (None, base.max_tokens_per_microbatch)
+
+
+def test_a_model_too_big_for_its_pool_is_rescued_by_offload_or_smaller_budgets() -> None:
+    sc = _scenario(model="Qwen2.5-32B", nodes=1, prompts=32, group_size=4)
+    rungs = MemoryRungs(sc)
+    base = next(lay for lay in train_layouts(sc) if lay.tp == 1 and lay.pp == 1)
+    got = rungs.fitted(base, 8, split=True)
+    max_seq = sc.workload.max_sequence_tokens
+    mem = train_memory(sc.models["actor"], got.model_copy(update={"dp": 8 // (got.tp * got.cp)}),
+                       max((got.max_tokens_per_microbatch or 0) * got.cp, max_seq), seq_len=max_seq)
+    assert mem.total_bytes <= sc.cluster.accelerator.hbm_bytes
+    assert got.offload_optimizer or got.recompute != "none" or got.max_tokens_per_microbatch != base.max_tokens_per_microbatch
+
+
+def test_ring_attention_where_ulysses_cannot_split_the_heads() -> None:
+    sc = _scenario(model="Qwen2.5-7B", nodes=1)  # 28 heads: cp 2 x tp 4 does not divide them
+    lays = {(lay.tp, lay.cp): lay.cp_kind for lay in train_layouts(sc)}
+    assert lays[(4, 2)] == "ring" and lays[(2, 2)] == "ulysses" and lays[(1, 1)] == "ulysses"
+
+
+def test_pipelines_run_interleaved_in_the_fast_rung() -> None:
+    sc = _scenario(model="Qwen2.5-32B", nodes=2, prompts=32, group_size=4)
+    rungs = MemoryRungs(sc)
+    fitted = [rungs.fitted(lay, 16, split=True) for lay in train_layouts(sc) if lay.pp > 1]
+    fast = [lay for lay in fitted if lay.recompute == "none"]
+    assert fast and all(lay.virtual_stages == 2 and lay.pp_schedule == "interleaved" for lay in fast
+                        if sc.models["actor"].num_layers % (2 * lay.pp) == 0)
+    assert all(lay.virtual_stages == 1 for lay in fitted if lay.recompute != "none")
+
+
+@pytest.mark.parametrize(("nodes", "splits"), [(8, list(range(8, 64, 8))), (16, [32, 64, 96])])
+def test_splits_at_every_node_boundary_up_to_eight_nodes(nodes: int, splits: list[int]) -> None:
+    sc = _scenario(model="Qwen2.5-7B", nodes=nodes)
+    got = sorted(p.rollout_gpus or 0 for p, _ in placements(sc, 4) if p.kind == "disaggregated")
+    assert got == splits
+
+
+def test_candidate_labels_name_the_knobs_that_differ() -> None:
+    sc = _scenario(model="Qwen2.5-0.5B", nodes=1, gpus_per_node=2)
+    labels = [c.label for c in enumerate_candidates(sc, SearchOptions()) if isinstance(c, Candidate)]
+    assert any("recompute none" in lab and "zero1" in lab for lab in labels)
+    assert len(labels) == len(set(labels))

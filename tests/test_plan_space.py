@@ -4,14 +4,25 @@ Ulysses cannot split the heads, interleaved pipelines, splits at every node boun
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from rlperf.api import build_scenario
 from rlperf.cost.memory import train_memory
 from rlperf.errors import SpecError
-from rlperf.plan.space import Candidate, MemoryRungs, SearchOptions, enumerate_candidates, placements, train_layouts
-from rlperf.scenario import Scenario
+from rlperf.plan.space import (
+    Candidate,
+    MemoryRungs,
+    SearchOptions,
+    _engine_holds_a_sequence,
+    engine_layouts,
+    enumerate_candidates,
+    placements,
+    train_layouts,
+)
+from rlperf.scenario import Scenario, load_scenario
 from rlperf.stages.train import train_step
 
 
@@ -112,3 +123,12 @@ def test_candidate_labels_name_the_knobs_that_differ() -> None:
     labels = [c.label for c in enumerate_candidates(sc, SearchOptions()) if isinstance(c, Candidate)]
     assert any("recompute none" in lab and "zero1" in lab for lab in labels)
     assert len(labels) == len(set(labels))
+
+
+def test_engine_pipelines_only_when_no_single_node_engine_holds_a_sequence() -> None:
+    big = load_scenario(Path(__file__).parents[1] / "src/rlperf/scenarios/grpo-deepseek-v3-h20.yaml")  # 671B on 96 GB H20s
+    engines = engine_layouts(big)
+    assert not any(_engine_holds_a_sequence(big, e) for e in engines if e.pp == 1)
+    piped = [e for e in engines if e.pp > 1]
+    assert piped and _engine_holds_a_sequence(big, piped[-1]) and all(e.ep == e.tp * e.pp for e in piped)
+    assert all(e.pp == 1 for e in engine_layouts(_scenario(model="Qwen2.5-7B", nodes=2)))

@@ -12,7 +12,8 @@ Grid (documented choices, not tuned; kept small so that a search fits in a minut
   boundary inside one node) up to 8 nodes, at 1/4, 1/2 and 3/4 of the cluster rounded to whole
   nodes beyond; hybrid (algorithms with frozen models only): one node for the frozen
   reference / reward model, the rest split in half;
-- rollout engine: tp in {1, 2, 4, 8} dividing the heads (ep = tp for MoE);
+- rollout engine: tp in {1, 2, 4, 8} dividing the heads (ep = tp·pp for MoE); pp 2 or 4 at the
+  widest tp when no single-node engine holds the weights and one longest sequence's KV;
 - training layout: tp in {1, 2, 4, 8} dividing the heads; context parallel: the smallest power
   of two that brings the longest sequence under 32k tokens per GPU, and twice that, Ulysses
   where cp·tp divides the heads, else ring attention; pp in {1, 2, 4} only when a node cannot
@@ -28,8 +29,8 @@ Grid (documented choices, not tuned; kept small so that a search fits in a minut
   streaming (verl fully_async with partial rollout, staleness threshold 0.5) on split pools,
   partial rollout with a budget of half the response cap.
 
-Not searched (the scenario's values are kept): the engine's gpu_memory_utilization,
-max_num_seqs and pp (each would multiply the rollout simulations, the estimate's dominant cost),
+Not searched (the scenario's values are kept): the engine's gpu_memory_utilization and
+max_num_seqs (each would multiply the rollout simulations, the estimate's dominant cost),
 per-role layouts (the critic, reference and reward models take the actor's layout), selective
 recompute (with FlashAttention it keeps what no recompute keeps: rlperf.cost.memory).
 """
@@ -40,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from rlperf.cost.memory import train_memory
+from rlperf.cost.memory import inference_memory, train_memory
 from rlperf.errors import SpecError
 from rlperf.modes import GenerationRounds, mode_of
 from rlperf.scenario import Scenario
@@ -142,20 +143,43 @@ def placements(sc: Scenario, engine_gpus: int) -> list[tuple[Placement, str]]:
 
 
 def engine_layouts(sc: Scenario) -> list[EngineLayout]:
-    model = sc.models["actor"]
+    """Engines of tp in {1, 2, 4, 8} inside a node; when none of them holds the weights and the
+    KV cache of one longest sequence, the largest of them with pp in {2, 4} across nodes too
+    (vLLM pipeline parallelism), the smallest such pp that holds it (two of them at most)."""
     base = sc.plan.rollout
     out = []
     for tp in (1, 2, 4, 8):
         if tp > sc.cluster.gpus_per_node:
             continue
-        ep = tp if model.moe is not None and tp > 1 and model.moe.num_experts % tp == 0 else 1
-        lay = base.model_copy(update={"tp": tp, "pp": 1, "ep": ep, "replicas": 1})
-        try:
-            check_engine_layout(model, lay)
-        except SpecError:
-            continue
-        out.append(lay)
+        lay = _engine(sc, base, tp, 1)
+        if lay is not None:
+            out.append(lay)
+    if out and not any(_engine_holds_a_sequence(sc, lay) for lay in out):
+        widest = max(out, key=lambda lay: lay.tp)
+        for pp in (2, 4):
+            lay = _engine(sc, base, widest.tp, pp)
+            if lay is not None and pp * widest.tp <= sc.cluster.num_gpus:
+                out.append(lay)
+                if _engine_holds_a_sequence(sc, lay):
+                    break
     return out
+
+
+def _engine(sc: Scenario, base: EngineLayout, tp: int, pp: int) -> EngineLayout | None:
+    model = sc.models["actor"]
+    n = tp * pp
+    ep = n if model.moe is not None and n > 1 and model.moe.num_experts % n == 0 else 1
+    lay = base.model_copy(update={"tp": tp, "pp": pp, "ep": ep, "replicas": 1})
+    try:
+        check_engine_layout(model, lay)
+    except SpecError:
+        return None
+    return lay
+
+
+def _engine_holds_a_sequence(sc: Scenario, lay: EngineLayout) -> bool:
+    mem = inference_memory(sc.models["actor"], lay, sc.cluster.accelerator.hbm_bytes)
+    return mem.kv_capacity_tokens >= sc.workload.max_sequence_tokens
 
 
 def _next_pow2(n: int) -> int:

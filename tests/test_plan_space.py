@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rlperf.api import build_scenario
-from rlperf.cost.memory import train_memory
+from rlperf.cost.memory import inference_memory, train_memory
 from rlperf.errors import SpecError
 from rlperf.plan.space import (
     Candidate,
@@ -132,3 +132,18 @@ def test_engine_pipelines_only_when_no_single_node_engine_holds_a_sequence() -> 
     piped = [e for e in engines if e.pp > 1]
     assert piped and _engine_holds_a_sequence(big, piped[-1]) and all(e.ep == e.tp * e.pp for e in piped)
     assert all(e.pp == 1 for e in engine_layouts(_scenario(model="Qwen2.5-7B", nodes=2)))
+
+
+@pytest.mark.parametrize("question", [{}, {"model": "Qwen3-8B", "nodes": 4}, {"model": "Qwen2.5-32B", "nodes": 2}])
+def test_engine_max_num_seqs_is_what_its_kv_cache_holds_at_the_mean_length(question: dict[str, object]) -> None:
+    sc = _scenario(**question)
+    wl = sc.workload
+    mean_seq = wl.prompt_length.mean_tokens() + wl.response_length.mean_tokens()
+    base = sc.plan.rollout.max_num_seqs
+    for e in engine_layouts(sc):
+        held = inference_memory(sc.models["actor"], e, sc.cluster.accelerator.hbm_bytes).kv_capacity_tokens / mean_seq
+        assert base <= e.max_num_seqs <= max(base, 1024)
+        if e.max_num_seqs > base:  # raised: the nearest power of two to what the cache holds
+            assert e.max_num_seqs == 1024 or e.max_num_seqs / 2**0.5 <= held * 1.01 < e.max_num_seqs * 2**0.5
+        else:
+            assert held < base * 2**0.5 * 1.01

@@ -29,14 +29,16 @@ Grid (documented choices, not tuned; kept small so that a search fits in a minut
   streaming (verl fully_async with partial rollout, staleness threshold 0.5) on split pools,
   partial rollout with a budget of half the response cap.
 
-Not searched (the scenario's values are kept): the engine's gpu_memory_utilization and
-max_num_seqs (each would multiply the rollout simulations, the estimate's dominant cost),
+The engine's max_num_seqs is raised to the sequences its KV cache holds at the mean length
+(the nearest power of two, up to 1,024). Not searched (the scenario's values are kept): the engine's
+gpu_memory_utilization (it would multiply the rollout simulations, the estimate's dominant cost),
 per-role layouts (the critic, reference and reward models take the actor's layout), selective
 recompute (with FlashAttention it keeps what no recompute keeps: rlperf.cost.memory).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -174,6 +176,15 @@ def _engine(sc: Scenario, base: EngineLayout, tp: int, pp: int) -> EngineLayout 
         check_engine_layout(model, lay)
     except SpecError:
         return None
+    # max_num_seqs: as many sequences as the KV cache holds at the mean sequence length (the
+    # nearest power of two, up to verl's default of 1,024), never fewer than the scenario's. Decode batches
+    # grow with it; the rollout model charges the preemptions when the sequences outgrow it.
+    wl = sc.workload
+    mean_seq = wl.prompt_length.mean_tokens() + wl.response_length.mean_tokens()
+    held = inference_memory(model, lay, sc.cluster.accelerator.hbm_bytes).kv_capacity_tokens / max(mean_seq, 1.0)
+    seqs = min(1024, 1 << round(math.log2(held))) if held >= 1 else 0
+    if seqs > lay.max_num_seqs:
+        lay = lay.model_copy(update={"max_num_seqs": seqs})
     return lay
 
 

@@ -17,6 +17,9 @@ from rlperf.stages.rollout_step import SAMPLER_PASSES, KERNELS_PER_LAYER, Run, S
 
 QWEN7 = load_model("Qwen2.5-7B")
 H100 = make_cluster("H100", num_gpus=64)
+# the device side alone: no engine host time (tested on its own below)
+DEVICE = H100.model_copy(update={"profile": H100.profile.model_copy(
+    update={"engine_step_overhead_s": None, "engine_seq_overhead_s": None})})
 
 coef = st.floats(0.0, 10.0, allow_nan=False)
 
@@ -57,7 +60,7 @@ def test_steps_within_inverts_time(
 
 def test_batch1_decode_streams_the_weights_at_the_profile_rate() -> None:
     """At batch 1 with a short context a step is memory bound: matmul weights / (bw · eff)."""
-    step = StepModel.build(QWEN7, H100, EngineLayout(tp=1))
+    step = StepModel.build(QWEN7, DEVICE, EngineLayout(tp=1))
     acc, prof = H100.accelerator, H100.profile
     expected = (
         QWEN7.matmul_params_per_token
@@ -81,7 +84,7 @@ def test_large_batch_decode_is_compute_bound() -> None:
     linear = b * QWEN7.linear_flops(1) / peak
     sampler = b * QWEN7.vocab_size * 4 * SAMPLER_PASSES / (H100.accelerator.hbm_bandwidth_bytes_per_s * H100.profile.decode_hbm_efficiency)
     assert step.sampler_s(b) == pytest.approx(sampler)  # tp = 1: no logits gather
-    host = b * H100.profile.engine_seq_s  # no overlap scheduling: added
+    host = H100.profile.engine_step_s(QWEN7.num_layers) + b * H100.profile.engine_seq_s  # no overlap: added
     assert run.step_s(0) >= linear + sampler + host
     assert run.step_s(0) == pytest.approx(linear + sampler + host, rel=0.02)
 
@@ -149,7 +152,8 @@ def test_host_overhead_is_added_to_every_step_and_is_not_work() -> None:
     roofline max, like communication): a run of n steps is longer by n x overhead exactly."""
     prof = H100.profile.model_copy(update={"engine_step_overhead_s": 2e-3, "engine_layer_overhead_s": 1e-5})
     slow = H100.model_copy(update={"profile": prof})
-    base = StepModel.build(QWEN7, H100, EngineLayout(tp=1))
+    none = H100.profile.model_copy(update={"engine_step_overhead_s": None})
+    base = StepModel.build(QWEN7, H100.model_copy(update={"profile": none}), EngineLayout(tp=1))
     step = StepModel.build(QWEN7, slow, EngineLayout(tp=1))
     overhead = 2e-3 + 1e-5 * QWEN7.num_layers
     assert step.overhead_s == pytest.approx(overhead) and base.overhead_s == 0.0
@@ -162,8 +166,7 @@ def test_host_time_per_sequence_is_added_without_overlap_scheduling() -> None:
     """engine_seq_overhead_s x (decoding + prefilling sequences) is added to each step of an
     engine without overlap scheduling (vLLM V0/V1), on top of the fixed part."""
     prof = H100.profile.model_copy(update={"engine_seq_overhead_s": 2e-5, "engine_step_overhead_s": 1e-3})
-    none = H100.profile.model_copy(update={"engine_seq_overhead_s": None})
-    base = StepModel.build(QWEN7, H100.model_copy(update={"profile": none}), EngineLayout(tp=1))
+    base = StepModel.build(QWEN7, DEVICE, EngineLayout(tp=1))
     step = StepModel.build(QWEN7, H100.model_copy(update={"profile": prof}), EngineLayout(tp=1))
     for b, ctx, chunk, wave, n in ((1, 100, 0, 0, 1), (64, 64 * 5_000, 0, 0, 300), (200, 0, 512, 8, 7)):
         host = 1e-3 + 2e-5 * (b + wave)
@@ -200,9 +203,8 @@ def test_overlap_hides_host_time_below_the_device_step() -> None:
     lay_sync, lay_overlap = EngineLayout(tp=1), EngineLayout(tp=1, overlap_scheduling=True)
     b, ctx = 64, 64 * 8_000
     sync, overlap = StepModel.build(QWEN7, H100, lay_sync), StepModel.build(QWEN7, H100, lay_overlap)
-    zero = H100.profile.model_copy(update={"engine_seq_overhead_s": None})
-    device = StepModel.build(QWEN7, H100.model_copy(update={"profile": zero}), lay_sync).run(b, ctx, 0, 0.0).step_s(0)
-    host = b * H100.profile.engine_seq_s
+    device = StepModel.build(QWEN7, DEVICE, lay_sync).run(b, ctx, 0, 0.0).step_s(0)
+    host = H100.profile.engine_step_s(QWEN7.num_layers) + b * H100.profile.engine_seq_s
     assert 0 < host < device
     assert overlap.run(b, ctx, 0, 0.0).step_s(0) == pytest.approx(device, rel=1e-12)
     assert sync.run(b, ctx, 0, 0.0).step_s(0) == pytest.approx(device + host, rel=1e-12)

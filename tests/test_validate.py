@@ -246,13 +246,13 @@ def test_scale_profile_caps_fractions_and_scales_dtype_table() -> None:
     assert s.attention_efficiency == pytest.approx(p.attention_efficiency * 0.5)
     assert all(s.matmul_efficiency_by_dtype[k] == pytest.approx(v * 0.5) for k, v in p.matmul_efficiency_by_dtype.items())
     assert s.hbm_efficiency == p.hbm_efficiency  # not a calibrated field
-    assert p.engine_step_overhead_s is None and s.engine_step_overhead_s == 3e-3  # a set parameter
+    assert p.engine_step_overhead_s == pytest.approx(2.14e-3) and s.engine_step_overhead_s == 3e-3  # a set parameter
 
 
 def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A synthetic model: case "gen" is off by 0.8 / decode, case "upd" by 1.15 / compute, case
     "sync" (lengths not used) by 0.5 + 500 s x the per-tensor sync cost; nothing depends on the
-    engine step overhead, which stays at its neutral 0."""
+    engine step overhead, which stays at its neutral point (the shipped value)."""
     import rlperf.calibration as cal
     from rlperf.specs.hardware_catalog import load_profile
 
@@ -277,7 +277,7 @@ def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch:
 
     monkeypatch.setattr(cal, "run_cases", fake_run)
     res = cal.fit(cf.cases)
-    assert res.factor_map == {"compute": 1.15, "decode": 0.8, "engine_step": 0.0, "engine_load": 0.0, "sync_tensor": 1e-3,
+    assert res.factor_map == {"compute": 1.15, "decode": 0.8, "engine_step": 2.14e-3, "engine_load": 0.0, "sync_tensor": 1e-3,
                               "sync_bucket": 0.0, "fsdp_layer": 0.0, "load_walk": 0.0}
     assert res.objective_after == pytest.approx(0.0, abs=1e-12)
     assert res.objective_before > 0.1
@@ -289,8 +289,8 @@ def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch:
     assert loaded.decode_hbm_efficiency == pytest.approx(shipped.decode_hbm_efficiency * 0.8, abs=1e-4)
     assert loaded.matmul_efficiency == pytest.approx(min(1.0, shipped.matmul_efficiency * 1.15), abs=1e-4)
     assert loaded.hbm_efficiency == shipped.hbm_efficiency
-    assert loaded.weight_sync_tensor_overhead_s == 1e-3 and loaded.engine_step_overhead_s == 0.0
-    assert cal.describe(res.factors) == ("compute x1.15, decode x0.8, engine_load = 0 ms, engine_step = 0 ms, "
+    assert loaded.weight_sync_tensor_overhead_s == 1e-3 and loaded.engine_step_overhead_s == shipped.engine_step_overhead_s
+    assert cal.describe(res.factors) == ("compute x1.15, decode x0.8, engine_load = 0 ms, engine_step = 2.14 ms, "
                                          "fsdp_layer = 0 ms, load_walk = 0 ms, sync_bucket = 0 ms, sync_tensor = 1 ms")
 
 

@@ -26,8 +26,9 @@ path, a training backend):
 - ``fsdp_layer`` sets ``fsdp_layer_overhead_s``: the FSDP training backend's host time per layer
   and micro-batch pass (Megatron's is shipped, fitted on vTrain's iterations).
 
-The ``set`` parameters have no shipped value (no published figure): their neutral point is 0
-(nothing added).
+The ``set`` parameters have no shipped value (no published figure), and their neutral point is 0
+(nothing added), except ``engine_step``: its neutral point is the shipped vLLM figure
+(profiles.yaml).
 
 On what: the cases on the ``calibration`` side of
 :func:`rlperf.validation_cases.calibration_split` (decided by the source document, fixed before
@@ -65,19 +66,26 @@ from rlperf.validation_cases import ValidationCase
 @dataclass(frozen=True)
 class Param:
     """A calibration parameter: ``scale`` multiplies the shipped fields (neutral 1), ``set``
-    gives them one value (neutral 0: the fields have no shipped value, nothing is added)."""
+    gives them one value (neutral: the shipped value, 0 where the fields have none: nothing is
+    added). The neutral value is always on the grid."""
 
     kind: Literal["scale", "set"]
     fields: tuple[str, ...]
     grid: tuple[float, ...]
+    shipped: float = 0.0  # a ``set`` parameter's shipped value (its neutral point)
+
+    def __post_init__(self) -> None:
+        assert self.neutral in self.grid, (self.fields, self.neutral)
 
     @property
     def neutral(self) -> float:
-        return 1.0 if self.kind == "scale" else 0.0
+        return 1.0 if self.kind == "scale" else self.shipped
 
     def describe(self, name: str, value: float) -> str:
         return f"{name} x{value:g}" if self.kind == "scale" else f"{name} = {value * 1e3:g} ms"
 
+
+_SHIPPED_ENGINE_STEP_S = HardwareProfile.model_fields["engine_step_overhead_s"].default or 0.0
 
 FACTORS: tuple[float, ...] = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.15, 1.3)
 """Grid searched for every scale factor (a fraction scaled above 1 is capped at 1)."""
@@ -89,7 +97,10 @@ PARAMS: dict[str, Param] = {
     ),
     # Seconds per engine step: 0 to 8 ms (vLLM's v0.5.3 spent ~29% of a Llama-3-8B run's time
     # scheduling, i.e. milliseconds per ~10-30 ms step; the grid spans "none" to "dominant").
-    "engine_step": Param("set", ("engine_step_overhead_s",), (0.0, 0.5e-3, 1e-3, 2e-3, 3e-3, 4e-3, 6e-3, 8e-3)),
+    # Shipped: vLLM's published single-stream figure (profiles.yaml), the neutral point.
+    "engine_step": Param("set", ("engine_step_overhead_s",),
+                         tuple(sorted({0.0, 0.5e-3, 1e-3, 2e-3, 3e-3, 4e-3, 6e-3, 8e-3, _SHIPPED_ENGINE_STEP_S})),
+                         shipped=_SHIPPED_ENGINE_STEP_S),
     # Seconds per call of the tensor-by-tensor sync: 0 to 2 ms (verl's syncs leave 0.1-0.9 ms per
     # tensor beyond their collectives).
     "sync_tensor": Param(
@@ -252,7 +263,7 @@ def worse_than(fitted: Sequence[CaseResult], shipped: Sequence[CaseResult]) -> b
 
 def _distance(p: Param, v: float) -> float:
     """How far ``v`` is from the parameter's neutral value (ties keep the nearest)."""
-    return abs(math.log(v)) if p.kind == "scale" else v
+    return abs(math.log(v)) if p.kind == "scale" else abs(v - p.neutral)
 
 
 def write_profile(path: str | Path, result: CalibrationResult, note: str = "") -> Path:
@@ -275,7 +286,8 @@ def write_profile(path: str | Path, result: CalibrationResult, note: str = "") -
                 src = getattr(shipped, name)
                 if PARAMS[group].kind == "set":
                     entry[name] = {"value": value, "rule": "calibrated",
-                                   "from": "generic value fitted by rlperf validate --calibrate (no shipped figure)"}
+                                   "from": "generic value fitted by rlperf validate --calibrate"
+                                           + (f" (shipped {src:g})" if src else " (no shipped figure)")}
                 elif isinstance(value, dict):
                     entry[name] = {k: {"value": round(v, 4), "rule": "calibrated",
                                        "from": f"shipped {src[k]:g} x {f:g} (rlperf validate --calibrate)"}

@@ -134,10 +134,10 @@ class HardwareProfile(Spec):
     # bookkeeping, output processing), added to every step or, under the engine's overlap
     # scheduling, overlapped with it (stages.rollout_step): engine_step_overhead_s +
     # engine_layer_overhead_s x layers + engine_seq_overhead_s x sequences (the
-    # per-layer part: eager module dispatch, e.g. HF generate). None: no figure, nothing is added
-    # (no catalog accelerator has a published one; `rlperf validate --calibrate` fits the fixed
-    # part, `rlperf calibrate` measures HF generate's).
-    engine_step_overhead_s: OverheadSeconds | None = None
+    # per-layer part: eager module dispatch, e.g. HF generate). The fixed part is vLLM's (a
+    # published single-stream figure, profiles.yaml); `rlperf validate --calibrate` can refit it,
+    # `rlperf calibrate` measures HF generate's. None: nothing added.
+    engine_step_overhead_s: OverheadSeconds | None = 2.14e-3
     engine_layer_overhead_s: OverheadSeconds | None = None
     # The engine's host time per sequence of a step (scheduling it, preparing its inputs,
     # processing its sampled token): grows with the batch (stages.rollout_step). A host-CPU

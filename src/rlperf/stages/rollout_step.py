@@ -45,10 +45,11 @@ inputs, sampler bookkeeping, processing the sampled tokens. Most of it is a loop
 step's sequences, so it grows with the batch: ``engine_seq_overhead_s`` per sequence (vLLM's V1
 engine leaves the GPU idle about 5-6 ms between two decode steps of 256 Llama-2-7B sequences,
 vllm-project/vllm#10634, i.e. ~21.5 us per sequence; profiles.yaml). ``engine_step_overhead_s``
-is the part that does not depend on the batch and ``engine_layer_overhead_s`` the module
-dispatch of an eager framework per layer (HF ``generate``; ``rlperf calibrate`` measures both
-there); neither has a published figure for vLLM or SGLang, so both are unset unless a profile
-file or ``rlperf validate --calibrate`` sets them. Without overlap scheduling (vLLM V0 and V1
+is the part that does not depend on the batch: 2.14 ms, vLLM's single-stream TPOT of
+Qwen3-1.7B on an A100 (4.6 ms) less rlperf's own device step for it (2.46 ms)
+(tenstorrent/tt-inference-server#340; profiles.yaml). ``engine_layer_overhead_s`` is the module
+dispatch of an eager framework per layer (HF ``generate``; ``rlperf calibrate`` measures it
+there), unset for vLLM and SGLang. Without overlap scheduling (vLLM V0 and V1
 by default) the host work sits between two steps and is added: the next step cannot be
 launched before its batch is scheduled (vLLM's v0.6 blog: with v0.5.3 on one H100, scheduling
 took 29% of a Llama-3-8B run's time against 38% of GPU execution, and the GPU sat idle

@@ -58,7 +58,8 @@ class ToyCosts:
     def forward(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str) -> StageCost:
         return _cost(name, float(seq_tokens.sum()) * self.fwd_s_per_token / gpus, gpus)
 
-    def train(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str) -> StageCost:
+    def train(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str,
+              num_minibatches: int | None = None) -> StageCost:
         return _cost(name, float(seq_tokens.sum()) * self.train_s_per_token / gpus, gpus)
 
     def reward(self, seq_tokens: np.ndarray, gpus: int) -> StageCost:

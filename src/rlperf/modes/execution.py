@@ -365,15 +365,17 @@ class Streaming(Mode):
 
     def compose_step(self, parts: StepParts) -> float:
         """``max(rollout side, training side, chain / (s + 1))`` with the rollout's tail hidden
-        (the engine's batch stays full) and, with in-flight updates, the transfer off the
-        rollout GPUs. The chain of one step: the sync, the share ``1 - f`` of the rollout that
+        when requests stay in flight past the batch (``τ > 0``: the engine's batch stays full)
+        and, with in-flight updates, the transfer off the rollout GPUs. The chain of one step: the sync, the share ``1 - f`` of the rollout that
         waits for it, and the last of the ``k`` local updates (the others overlap the rollout)."""
         if parts.shared_pool:
             return parts.iteration_s - parts.rollout_tail_s
         s = self.effective_staleness(False)
         f = self.ahead_share(False)
         k = self.train_parts(False)
-        hidden = parts.rollout_tail_s + (0.0 if self.sync_pauses_engine else parts.sync_s)
+        # Requests kept in flight past the batch (τ > 0) fill the engine through the tail.
+        tail = parts.rollout_tail_s if self.spec.staleness_threshold > 0 else 0.0
+        hidden = tail + (0.0 if self.sync_pauses_engine else parts.sync_s)
         rollout = parts.rollout_side_s - hidden
         chain = parts.sync_s + (1.0 - f) * max(0.0, rollout - parts.sync_s) + parts.train_side_s / k
         return max(rollout, parts.train_side_s, chain / (s + 1))

@@ -145,12 +145,13 @@ class AnalyticCosts:
         return _memo_stage(("forward", model, _cluster_key(cluster, _TRAIN_IGNORES), lay, _digest(seq_tokens), name, head),
                            lambda: forward_pass(model, cluster, lay, seq_tokens, name=name, head=head))
 
-    def train(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str) -> StageCost:
+    def train(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str,
+              num_minibatches: int | None = None) -> StageCost:
         from rlperf.stages.train import train_step
 
         lay = self._train_layout(role, gpus)
         model, cluster = self.sc.models[role], self.cluster(lay.world_size)
-        mb, ep = self.sc.minibatches, self.sc.epochs
+        mb, ep = num_minibatches or self.sc.minibatches, self.sc.epochs
         return _memo_stage(("train", model, _cluster_key(cluster, _TRAIN_IGNORES), lay, _digest(seq_tokens), name, mb, ep),
                            lambda: train_step(model, cluster, lay, seq_tokens, num_minibatches=mb, epochs=ep, name=name,
                                               head="value" if role == "critic" else "logprobs"))

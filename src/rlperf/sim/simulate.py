@@ -103,6 +103,7 @@ class _Iter:
     round_seq_tokens: np.ndarray | None = None  # every response finished by the latest rollout call
     generated_tokens: float = 0.0
     staleness: list[int] = field(default_factory=list)
+    lagged_tokens: list[int] = field(default_factory=list)  # response tokens of every finished response
     tail_s: float = 0.0
     stage_costs: dict[str, list[StageCost]] = field(default_factory=dict)
 
@@ -332,6 +333,7 @@ class Simulator:
         want = cfg.prompts_per_step * cfg.group_size
         state.finished += int(finished.sum())
         fin_abs = start_s + fin_t
+        resp = batch.target_tokens[finished]
         if accumulate and state.kept_seq_tokens is not None and state.kept_finish_s is not None:
             seq = np.concatenate([state.kept_seq_tokens, seq])
             fin_abs = np.concatenate([state.kept_finish_s, fin_abs])
@@ -342,9 +344,11 @@ class Simulator:
             prev = state.kept_seq_tokens
             prev_n = 0 if prev is None else len(prev)
             take = max(0, min(want - prev_n, len(seq)))
-            seq, fin_t, ver = seq[:take], fin_t[:take], ver[:take]
+            seq, fin_t, ver, resp, fin_abs = seq[:take], fin_t[:take], ver[:take], resp[:take], fin_abs[:take]
             if prev is not None:
                 seq = np.concatenate([prev, seq])
+                if state.kept_finish_s is not None:
+                    fin_abs = np.concatenate([state.kept_finish_s, fin_abs])
         round_seq = (batch.prompt_tokens + batch.target_tokens)[finished]
         if accumulate and state.round_seq_tokens is not None:
             round_seq = np.concatenate([state.round_seq_tokens, round_seq])
@@ -354,6 +358,7 @@ class Simulator:
         # Completion order of the kept responses: fusion waves take them in this order.
         state.kept_order = np.argsort(fin_t, kind="stable") if len(fin_t) == len(seq) else np.arange(len(seq))
         state.staleness.extend(int(it - v) for v in ver)
+        state.lagged_tokens.extend(int(t) for t in resp)
 
     def _milestones(self, it: int, rnd: int, out: RolloutOutcome) -> tuple[tuple[float, str], ...]:
         if self.fusion is None or rnd != self.rounds - 1:
@@ -492,11 +497,17 @@ class Simulator:
                 self._add(pname, st.name, prio + (c,), deps, None, _instant, it)
                 continue
             key = self._reward_key() if st.kind == "reward" else st.role
-            pfn: Callable[[int], StageCost] = (
-                partial(self._reward_cost, it, part=c) if st.kind == "reward"
-                else partial(self._pass_cost, self.costs.forward if st.kind == "forward" else self.costs.train, it, st,
-                             part=c)
-            )
+            pfn: Callable[[int], StageCost]
+            if st.kind == "reward":
+                pfn = partial(self._reward_cost, it, part=c)
+            elif st.kind == "forward":
+                pfn = partial(self._pass_cost, self.costs.forward, it, st, part=c)
+            else:
+                # A local update makes its share of the step's optimizer updates (verl:
+                # require_batches mini-batches), not all of them on a fraction of the data.
+                mb = self.cfg.minibatches
+                share = mb // self.parts + (1 if c < mb % self.parts else 0)
+                pfn = partial(self._pass_cost, partial(self.costs.train, num_minibatches=max(1, share)), it, st, part=c)
             self._add(pname, st.name, prio + (c,), deps, key, self._simple_run(it, st.name, pfn), it)
         self._add(name, st.name, prio + (self.parts,), tuple(names), None, _instant, it)
 
@@ -736,7 +747,13 @@ class Simulator:
         lags = [s for it in self.iters for s in it.staleness]
         last = self.num_iterations - 1
         lags += [int(last - v) for v in self.engine.carry_version]
-        return max(lags, default=0) + self.mode.bound_staleness(self.colocated_switch) + 1
+        longest = max(lags, default=0)
+        # A response of the cap may not have finished in a short run: extrapolate its lag from
+        # the tokens per version of the responses that spanned two versions or more.
+        rates = [t / s for it in self.iters for s, t in zip(it.staleness, it.lagged_tokens) if s >= 2]
+        if rates:
+            longest = max(longest, math.ceil(self.cap / float(np.median(rates))))
+        return longest + self.mode.bound_staleness(self.colocated_switch) + 1
 
     def _stage_pool(self, stage: str) -> str | None:
         for t, p in self.task_pool.items():

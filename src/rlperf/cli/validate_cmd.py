@@ -148,7 +148,12 @@ def validate_cmd(
         if calibrate:
             from rlperf.calibration import as_scale, describe, fit, write_profile
 
-            fitted = fit(cf.cases, jobs=n_jobs, pool=pool)
+            def progress(point: dict[str, float], objective: float) -> None:
+                # one line per grid point on stderr (--json output stays clean)
+                typer.echo(f"calibration: {describe(as_scale(point)) or 'shipped'}: "
+                           f"mean |ln(pred/meas)| {objective:.3f}", err=True)
+
+            fitted = fit(cf.cases, jobs=n_jobs, pool=pool, progress=progress)
             label = "calibrated: " + describe(fitted.factors)
             calibrated = validate(cf, jobs=n_jobs, scale=as_scale(fitted.factor_map), profile_label=label, pool=pool)
             hold = calibrated.stats("step_time_s", "holdout")

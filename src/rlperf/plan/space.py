@@ -30,7 +30,7 @@ Grid (documented choices, not tuned; kept small so that a search fits in a minut
   partial rollout with a budget of half the response cap.
 
 The engine's max_num_seqs is raised to the sequences its KV cache holds at the mean length
-(the nearest power of two, up to 1,024). Not searched (the scenario's values are kept): the engine's
+(the nearest power of two, up to 1,024), except under streaming (see enumerate_candidates). Not searched (the scenario's values are kept): the engine's
 gpu_memory_utilization (it would multiply the rollout simulations, the estimate's dominant cost),
 per-role layouts (the critic, reference and reward models take the actor's layout), selective
 recompute (with FlashAttention it keeps what no recompute keeps: rlperf.cost.memory).
@@ -375,6 +375,7 @@ def enumerate_candidates(sc: Scenario, opts: SearchOptions) -> Iterator[Candidat
         yield Rejected("training layout", "no tp/pp/cp layout fits the longest sequence and the heads")
         return
     rungs = MemoryRungs(sc)
+    n_responses = sc.workload.prompts_per_step * sc.workload.group_size
     for eng in engines:
         for place, plabel in placements(sc, eng.tp * eng.pp):
             split = place.kind != "colocated"
@@ -382,13 +383,21 @@ def enumerate_candidates(sc: Scenario, opts: SearchOptions) -> Iterator[Candidat
             train_gpus = next(p.num_gpus for p in pools if p.name == assign["actor"])
             for lay in (rungs.fitted(b, train_gpus, split) for b in layouts):
                 for mode, mlabel in modes(sc, split, opts):
+                    # A call that stops at the first B·G finished responses keeps the long ones in
+                    # flight (the short ones leave), so the mean length overstates what its KV
+                    # cache holds: it keeps the scenario's max_num_seqs (README scenario, 32+32
+                    # streaming: 136.1 s at 256, 145.0 s at 512).
+                    stops = mode_of(mode).stop_after_finished(n_responses) is not None
+                    e = eng.model_copy(update={"max_num_seqs": base.rollout.max_num_seqs}) if stops else eng
                     plan = base.model_copy(update={
                         "placement": place,
-                        "rollout": eng,
+                        "rollout": e,
                         "layouts": {"actor": lay},
                         "mode": mode,
                     })
-                    yield Candidate(plan, f"{plabel} | gen tp{eng.tp} | {layout_label(lay)} | {mlabel}")
+                    seqs = f" seqs{e.max_num_seqs}" if e.max_num_seqs != base.rollout.max_num_seqs else ""
+                    gen = f"gen tp{e.tp}" + (f" pp{e.pp}" if e.pp > 1 else "") + seqs
+                    yield Candidate(plan, f"{plabel} | {gen} | {layout_label(lay)} | {mlabel}")
 
 
 def framework_default_plans(sc: Scenario) -> list[Candidate]:

@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 from rlperf.catalog import load_model
 from rlperf.specs.hardware_catalog import make_cluster
 from rlperf.specs.parallel import EngineLayout
-from rlperf.stages.rollout_step import SAMPLER_PASSES, KERNELS_PER_LAYER, Run, StepModel, envelope_sum
+from rlperf.stages.rollout_step import (
+    SAMPLER_PASSES,
+    KERNELS_PER_LAYER,
+    Run,
+    StepModel,
+    eager_ops_per_layer,
+    eager_ops_per_step,
+    envelope_sum,
+)
 
 QWEN7 = load_model("Qwen2.5-7B")
 H100 = make_cluster("H100", num_gpus=64)
@@ -102,7 +110,16 @@ def test_launch_floor_uses_cuda_graph_cost() -> None:
     eager = StepModel.build(QWEN7, H100, EngineLayout(tp=1), cuda_graphs=False)
     per_kernel = KERNELS_PER_LAYER * QWEN7.num_layers
     assert graphs.floor_s == pytest.approx(per_kernel * H100.profile.graph_kernel_launch_s)
-    assert eager.floor_s == pytest.approx(QWEN7.num_layers * H100.profile.eager_layer_launch_s)
+    # a dense layer at tp 1: 10 ops (the published Llama-3.1-8B figure's own count)
+    assert eager.floor_s == pytest.approx(QWEN7.num_layers * 10 * H100.profile.eager_op_launch_s)
+    llama8 = load_model("Llama-3.1-8B")
+    assert StepModel.build(llama8, H100, EngineLayout(tp=1), cuda_graphs=False).floor_s == pytest.approx(8.4e-3)
+    # tp adds two all-reduces a layer; Qwen3 MoE layers dispatch their q/k norms and the routing
+    moe = load_model("Qwen3-30B-A3B")
+    assert eager_ops_per_layer(moe, 4, True) == 10 + 2 + 2 + 4
+    dsv3 = load_model("DeepSeek-V3")
+    assert eager_ops_per_layer(dsv3, 32, True) == 10 + 2 + 6 + 4 + 3
+    assert eager_ops_per_step(dsv3, 32) == 3 * 18 + 58 * 25
 
 
 def test_tp_adds_two_all_reduces_per_layer_and_shards_weights() -> None:
@@ -276,7 +293,7 @@ def test_eager_engine_pays_the_eager_launch_cost() -> None:
     a = decode_step_breakdown(tiny, H100, graphs, 1, 100.0)
     b = decode_step_breakdown(tiny, H100, eager, 1, 100.0)
     assert a.side_s("floor") == pytest.approx(H100.profile.graph_kernel_launch_s * KERNELS_PER_LAYER * tiny.num_layers)
-    assert b.side_s("floor") == pytest.approx(H100.profile.eager_layer_launch_s * tiny.num_layers)
+    assert b.side_s("floor") == pytest.approx(H100.profile.eager_op_launch_s * 10 * tiny.num_layers)
     assert b.bound == "floor"  # batch 1 of a 0.5B model: eager dispatch sets the step
     assert b.step_s >= a.step_s
     reqs = RolloutRequests.build(np.full(4, 64), np.full(4, 256), np.arange(4), np.zeros(4, np.int64))

@@ -111,10 +111,10 @@ class HardwareProfile(Spec):
     inter_node_latency_s: LaunchSeconds = 10.25e-6  # collective alpha per step, across nodes
     kernel_launch_s: LaunchSeconds = 2.65e-6  # per-kernel fixed cost, eager launches
     graph_kernel_launch_s: LaunchSeconds = 0.58e-6  # per-kernel cost inside a CUDA graph
-    # host time to dispatch one decoder layer of a rollout engine in eager PyTorch (no CUDA
-    # graphs: Python, dispatcher, allocator and launch of each op); a decode step cannot run
-    # faster than its layers are dispatched (stages.rollout_step)
-    eager_layer_launch_s: OverheadSeconds = 2.625e-4
+    # host time to dispatch one op (kernel or collective) of a rollout engine's decode step in
+    # eager PyTorch (no CUDA graphs: Python, dispatcher, allocator, launch); a decode step cannot
+    # run faster than its ops are dispatched (stages.rollout_step counts them per layer)
+    eager_op_launch_s: LaunchSeconds = 2.625e-5
     # End-to-end MFU figures for reference (the best published training MFU; a forward-only pass's,
     # as `rlperf calibrate` measures it). The stage models cost kernels one by one and do not cap
     # them with these: a whole-pass MFU already contains the launches, memory-bound work and host

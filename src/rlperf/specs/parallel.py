@@ -145,7 +145,7 @@ class EngineLayout(Spec):
     # prefix_sharing and max_num_batched_tokens apply to continuous batching only
     batching: Batching = "continuous"
     # decode steps replayed as CUDA graphs (vLLM/SGLang default); False: eager launches (vLLM
-    # enforce_eager), each layer dispatched at the profile's eager_layer_launch_s (stages.rollout_step)
+    # enforce_eager), each op dispatched at the profile's eager_op_launch_s (stages.rollout_step)
     cuda_graphs: bool = True
     # the engine prepares step n+1 on the host while the GPU runs step n (SGLang's overlap
     # scheduler, default since v0.4; vLLM's --async-scheduling; TRT-LLM's overlap scheduler): a

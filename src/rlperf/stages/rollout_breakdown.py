@@ -28,7 +28,7 @@ from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout
-from rlperf.stages.rollout_step import KERNELS_PER_LAYER, SAMPLER_PASSES, StepModel
+from rlperf.stages.rollout_step import KERNELS_PER_LAYER, SAMPLER_PASSES, StepModel, eager_ops_per_step
 
 if TYPE_CHECKING:
     from rlperf.scenario import Scenario
@@ -110,7 +110,8 @@ def decode_step_breakdown(
     terms.append(StepTerm(
         f"kernel launches ({'CUDA graphs' if cuda_graphs else 'eager'})", step.floor_s, "floor",
         f"{_prov(cluster, 'graph_kernel_launch_s')} x {KERNELS_PER_LAYER} kernels x {model.num_layers} layers" if cuda_graphs
-        else f"{_prov(cluster, 'eager_layer_launch_s')} x {model.num_layers} layers"))
+        else f"{_prov(cluster, 'eager_op_launch_s')} x {eager_ops_per_step(model, layout.tp)} ops "
+             f"({model.num_layers} layers, structural count: rollout_step.eager_ops_per_layer)"))
     act = b * model.hidden_size * bytes_per(layout.dtype) / mb
     if layout.tp > 1:
         group = group_for(cluster, layout.tp)

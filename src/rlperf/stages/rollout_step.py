@@ -22,7 +22,7 @@ micro-batches in flight the token-proportional terms divide by their number, see
                     + the all-gather of the vocab-parallel logits over the tp group (b · V fp32)
     sampler = b · V · 4 bytes · SAMPLER_PASSES / (HBM bandwidth · decode_hbm_efficiency)
     launch floor = graph_kernel_launch_s · KERNELS_PER_LAYER · L   (CUDA graphs)
-                 = eager_layer_launch_s · L                        (eager)
+                 = eager_op_launch_s · Σ_layers eager_ops_per_layer  (eager)
     host = engine_step_overhead_s + engine_layer_overhead_s · L + engine_seq_overhead_s · n
            (profile; n = sequences in the step, decoding and prefilling; 0 where unset)
 
@@ -68,9 +68,16 @@ the launches on top would count them twice. vLLM and SGLang replay decode steps 
 so the per-kernel cost is the profile's ``graph_kernel_launch_s`` and the floor binds only for
 very small models. In eager execution (``EngineLayout.cuda_graphs = False``, vLLM's
 ``enforce_eager``) the host dispatches every op of every layer through Python and the
-PyTorch dispatcher, and the floor is ``eager_layer_launch_s · L`` (Llama-3.1-8B on an H100:
-8.4 ms per decode step eager against 5.1 ms as a CUDA graph, the eager step host-bound:
-262.5 us per layer; profiles.yaml), which binds for small batches.
+PyTorch dispatcher, and the floor is ``eager_op_launch_s`` per op dispatched (Llama-3.1-8B on
+an H100: 8.4 ms per decode step eager against 5.1 ms as a CUDA graph, the eager step
+host-bound: 26.25 us per op of its 32 x 10; profiles.yaml), which binds for small batches. The
+ops of a layer are a structural count of vLLM's decoder layers (:func:`eager_ops_per_layer`):
+a dense layer dispatches 10 at tp 1 (norm, QKV, rotary, KV write, attention, output
+projection, norm, gate-up, activation, down) and two all-reduces at tp > 1; Qwen3's q/k norms
+add 2; MLA adds 6 (the q and kv down-projections with their norms and the two absorbed
+up-projections in place of one QKV GEMM); a routed-expert layer adds 4 (router GEMM, top-k,
+token sort, sum of the k outputs; the grouped gate-up, activation and down replace the MLP's
+three) and 3 for a shared-expert MLP (4 with its gate). A count, not fitted.
 
 The roofline ``max(compute, memory)`` is the usual decode model (Williams et al. 2009; Pope et
 al. 2022, "Efficiently Scaling Transformer Inference", §2). With the batch fixed, the total
@@ -212,7 +219,8 @@ class StepModel:
             kv_bytes_per_token_per_gpu=model.kv_bytes_per_token(layout.kv_dtype) * kv_share,
             num_experts=moe.num_experts if moe is not None else 0,
             experts_per_token=moe.experts_per_token if moe is not None else 0,
-            floor_s=(launch_s * KERNELS_PER_LAYER if cuda_graphs else prof.eager_layer_launch_s) * model.num_layers,
+            floor_s=(launch_s * KERNELS_PER_LAYER * model.num_layers if cuda_graphs
+                     else prof.eager_op_launch_s * eager_ops_per_step(model, tp)),
             overhead_s=prof.engine_step_s(model.num_layers),
             expert_ranks=expert_ranks,
             routing_imbalance=prof.moe_routing_imbalance or 1.0,
@@ -523,6 +531,27 @@ def envelope_sum(lines: list[tuple[float, float]], n: int) -> float:
         total += _lin_sum(a, s, i, nxt)
         i = nxt
     return total
+
+
+def eager_ops_per_layer(model: ModelSpec, tp: int, moe_layer: bool) -> int:
+    """Ops (kernels and collectives) one decoder layer dispatches in an eager decode step: the
+    structural count of the module docstring."""
+    ops = 10 + (2 if tp > 1 else 0)
+    ops += 2 if model.qk_norm else 0
+    ops += 6 if model.mla is not None else 0
+    moe = model.moe
+    if moe_layer and moe is not None:
+        ops += 4
+        ops += (3 + (1 if moe.shared_expert_gate else 0)) if moe.shared_intermediate_size else 0
+    return ops
+
+
+def eager_ops_per_step(model: ModelSpec, tp: int) -> int:
+    """Ops of all decoder layers of one eager decode step."""
+    moe_layers = model.num_moe_layers
+    dense_layers = model.num_layers - moe_layers
+    return (dense_layers * eager_ops_per_layer(model, tp, False)
+            + moe_layers * eager_ops_per_layer(model, tp, True))
 
 
 def _expert_params(model: ModelSpec) -> tuple[float, float]:

@@ -147,3 +147,14 @@ def test_engine_max_num_seqs_is_what_its_kv_cache_holds_at_the_mean_length(quest
             assert e.max_num_seqs == 1024 or e.max_num_seqs / 2**0.5 <= held * 1.01 < e.max_num_seqs * 2**0.5
         else:
             assert held < base * 2**0.5 * 1.01
+
+
+def test_fine_splits_only_on_the_questions_own_cluster() -> None:
+    sc = _scenario(model="Qwen2.5-7B", nodes=8)
+
+    def splits(opts: SearchOptions) -> set[int]:
+        return {c.plan.placement.rollout_gpus or 0 for c in enumerate_candidates(sc, opts)
+                if isinstance(c, Candidate) and c.plan.placement.kind == "disaggregated"}
+
+    assert splits(SearchOptions(fine_splits_at_gpus=64)) == set(range(8, 64, 8))
+    assert splits(SearchOptions(fine_splits_at_gpus=128)) == {16, 32, 48}  # a fraction of a 16-node question

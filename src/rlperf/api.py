@@ -240,7 +240,8 @@ def plan(
         raise SpecError("--end-mean-response", f"{end_mean_response:,.0f} tokens is not below the response cap {cap:,}",
                         "1 <= end mean < max response")
     mapper = mapper or local_mapper()
-    opts = SearchOptions(max_staleness=max_staleness, top_k=top_k, objective=objective, plan_filter=preset)
+    opts = SearchOptions(max_staleness=max_staleness, top_k=top_k, objective=objective, plan_filter=preset,
+                         fine_splits_at_gpus=sc.cluster.num_gpus)
     res = search(sc, opts, mapper, progress)
     best = res.best
     assert best.sim is not None

@@ -10,7 +10,7 @@ one candidate per layout.
 Grid (documented choices, not tuned; kept small so that a search fits in a minute on 2 cores):
 - placement: colocated; disaggregated with the rollout pool at every node boundary (or engine
   boundary inside one node) up to 8 nodes, at 1/4, 1/2 and 3/4 of the cluster rounded to whole
-  nodes beyond; hybrid (algorithms with frozen models only): one node for the frozen
+  nodes beyond (and on the smaller GPU counts a plan question adds: ``fine_splits_at_gpus``); hybrid (algorithms with frozen models only): one node for the frozen
   reference / reward model, the rest split in half;
 - rollout engine: tp in {1, 2, 4, 8} dividing the heads (ep = tp·pp for MoE); pp 2 or 4 at the
   widest tp when no single-node engine holds the weights and one longest sequence's KV;
@@ -74,6 +74,10 @@ class SearchOptions:
     # not taken from the executor, so that every executor simulates the same plans.
     sim_batch: int = 4
     objective: str = "time"  # time | cost | throughput_per_gpu
+    # Split placements at every node boundary (up to 8 nodes) only on this many GPUs, quarters
+    # on the others (the question's own cluster: the fractions the search adds then cost no
+    # more than before); None: on every GPU count.
+    fine_splits_at_gpus: int | None = None
     plan_filter: PlanFilter | None = None  # candidates it refuses are rejected with its reason
 
 
@@ -120,12 +124,12 @@ def rollout_splits(total: int, per_node: int, engine_gpus: int, parts: int = 4) 
 SPLIT_EVERY_UNIT_UP_TO = 8
 
 
-def placements(sc: Scenario, engine_gpus: int) -> list[tuple[Placement, str]]:
+def placements(sc: Scenario, engine_gpus: int, fine: bool = True) -> list[tuple[Placement, str]]:
     total = sc.cluster.num_gpus
     node = sc.cluster.gpus_per_node
     out: list[tuple[Placement, str]] = [(Placement(kind="colocated"), "colocated")]
     unit = node if total > node else engine_gpus
-    parts = total // unit if total // unit <= SPLIT_EVERY_UNIT_UP_TO else 4
+    parts = total // unit if fine and total // unit <= SPLIT_EVERY_UNIT_UP_TO else 4
     for g in rollout_splits(total, node, engine_gpus, parts):
         out.append((Placement(kind="disaggregated", rollout_gpus=g), f"disagg {g}+{total - g}"))
     frozen = [r for r in sc.algorithm.frozen if r in ("ref", "reward_model")]
@@ -376,8 +380,9 @@ def enumerate_candidates(sc: Scenario, opts: SearchOptions) -> Iterator[Candidat
         return
     rungs = MemoryRungs(sc)
     n_responses = sc.workload.prompts_per_step * sc.workload.group_size
+    fine = opts.fine_splits_at_gpus in (None, sc.cluster.num_gpus)
     for eng in engines:
-        for place, plabel in placements(sc, eng.tp * eng.pp):
+        for place, plabel in placements(sc, eng.tp * eng.pp, fine):
             split = place.kind != "colocated"
             pools, assign = place.resolve(sc.cluster.num_gpus)
             train_gpus = next(p.num_gpus for p in pools if p.name == assign["actor"])

@@ -255,3 +255,13 @@ def test_streaming_step_does_not_depend_on_the_simulated_length() -> None:
         assert not any("settle" in n for n in r.notes)
     assert short.warmup == long.warmup
     assert short.step_time_s == pytest.approx(long.step_time_s, rel=0.05)
+
+
+def test_partial_rollout_step_does_not_depend_on_the_simulated_length() -> None:
+    # A response of the cap needs ⌈cap/β⌉ calls before the carried requests settle: the
+    # simulation takes that warm-up even when fewer iterations were asked for.
+    m = ExecutionMode(kind="partial_rollout", token_budget=400)
+    short = run(m, SPLIT, iterations=3, warmup=1)
+    long = run(m, SPLIT, iterations=12, warmup=1)
+    assert short.warmup == long.warmup == mode_of(m).warmup_iterations(2000, False)
+    assert short.step_time_s == pytest.approx(long.step_time_s, rel=1e-6)

@@ -779,13 +779,14 @@ MAX_SETTLE_ITERATIONS = 24
 
 
 def simulate(cfg: SimConfig, costs: StageCosts) -> SimResult:
-    """Run the simulation; for a mode whose carried requests have no lag bound (streaming), run
-    it again with the warm-up the carried requests turned out to need (at most twice), so the
-    result does not depend on the configured length once past warm-up."""
+    """Run the simulation; when the mode needs more warm-up than the configured iterations
+    leave (a partial rollout's ``⌈cap/β⌉ - 1 + s`` calls, or, for streaming, the longest lag the
+    carried requests turned out to have), run it again with that warm-up (at most twice), so
+    the result does not depend on the configured length once past warm-up."""
     sim = Simulator(cfg, costs)
     result = sim.run()
     for _ in range(2):
-        need = sim.settle_iterations()
+        need = max(sim.settle_iterations(), sim.warmup_needed)
         if need <= sim.warmup or need > MAX_SETTLE_ITERATIONS:
             break
         measured = cfg.iterations - sim.warmup

@@ -265,3 +265,18 @@ def test_partial_rollout_step_does_not_depend_on_the_simulated_length() -> None:
     long = run(m, SPLIT, iterations=12, warmup=1)
     assert short.warmup == long.warmup == mode_of(m).warmup_iterations(2000, False)
     assert short.step_time_s == pytest.approx(long.step_time_s, rel=1e-6)
+
+
+def test_openrlhf_export_names_what_it_cannot_keep() -> None:
+    from rlperf.frameworks import export_openrlhf
+    from rlperf.scenario import load_scenario_spec
+
+    spec = load_scenario_spec("grpo-qwen2.5-7b-async-s2")
+    mode = ExecutionMode(kind="streaming", staleness_threshold=0.5, train_parts=2)
+    algorithm = spec.algorithm.model_copy(update={"old_logprob": "rollout"})
+    spec = spec.model_copy(update={"plan": spec.plan.model_copy(update={"mode": mode}), "algorithm": algorithm})
+    out = export_openrlhf(spec)
+    assert "--partial_rollout" in out.args and "--async_train" in out.args
+    missing = " | ".join(out.not_expressible)
+    assert "threshold 0.5" in missing and "written as 1" in missing  # whole batches only
+    assert "2 local updates" in missing and "log-probs from the rollout" in missing

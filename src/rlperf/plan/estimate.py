@@ -14,6 +14,10 @@ uses, and a candidate's step time is composed in closed form:
   iteration / (s + 1))`` (the work-depth bound of a pipelined loop);
 - partial rollout: the rollout is capped at the token budget per response.
 
+A rollout on many replicas is simulated on a few of them (the most loaded, and a spread of
+the rest for its tail: rlperf.plan.rollout_sample): the estimate's cost per candidate does not
+grow with the pool.
+
 The simulator then checks the best candidates (rlperf.plan.search); the estimate only ranks.
 """
 
@@ -26,6 +30,7 @@ import numpy as np
 
 from rlperf.errors import SpecError
 from rlperf.modes import GenerationRounds, StepParts, mode_of
+from rlperf.plan.rollout_sample import ReplicaSample
 from rlperf.plan.space import Candidate
 from rlperf.scenario import Scenario
 from rlperf.sim.costs import AnalyticCosts
@@ -106,6 +111,11 @@ class Estimator:
         batch = self.greedy if greedy else self.batch
 
         def run() -> tuple[float, float]:
+            # A few replicas stand for all (rlperf.plan.rollout_sample); all of them when few.
+            lay = plan.rollout
+            sample = ReplicaSample.of(batch, gpus // (lay.tp * lay.pp), budget)
+            if sample is not None:
+                return sample.makespan_and_tail_s(costs.rollout(sample.batch, len(sample.replicas) * lay.tp * lay.pp, budget))
             o = costs.rollout(batch, gpus, budget)
             return o.cost.time_s, o.tail_s
 

@@ -65,6 +65,7 @@ def test_packing_cache_returns_what_packing_computes() -> None:
     rng = np.random.default_rng(0)
     seqs = rng.integers(100, 9000, 300)
     for lay in (TrainLayout(dp=4, max_tokens_per_microbatch=16384), TrainLayout(dp=2, cp=2, max_tokens_per_microbatch=8192),
+                TrainLayout(dp=2, max_tokens_per_microbatch=16384),  # the cut above (budget x cp), shared
                 TrainLayout(dp=3, max_tokens_per_microbatch=None, micro_batch_size=5)):
         fresh = microbatch._pack(seqs, lay)
         for _ in range(2):

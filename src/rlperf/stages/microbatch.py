@@ -185,24 +185,31 @@ def _first_fit_decreasing(lengths: list[int], max_tokens: int) -> list[list[int]
     return bins
 
 
-# Packing depends only on the lengths and four layout fields, and a planner costs the same
-# batch under the same layout many times (old log-probs, reference log-probs and the update all
-# pack one batch; hundreds of candidate plans share a layout), so results are memoized: the key
-# is a digest of the lengths, the value is immutable (read-only arrays).
-_PACKED: OrderedDict[tuple[bytes, int, int, int | None, int, int], MicroBatches] = OrderedDict()
+# Packing depends only on the lengths, the dp degree and the cut (a token budget per micro-batch
+# of the cp group, budget x cp, or a sequence count), and a planner costs the same batch under
+# the same cut many times (old log-probs, reference log-probs and the update all pack one batch;
+# hundreds of candidate plans share a layout, and layouts that differ elsewhere, or only in how
+# budget and cp make up their product, share a cut), so results are memoized: the key is a
+# digest of the lengths, the value is immutable (read-only arrays). The balance over the dp
+# ranks, the costlier half, is memoized on its own: every cut of one dp degree shares it.
+_Cut = tuple[str, int]  # ("tokens", budget x cp) or ("sequences", micro_batch_size)
+_PACKED: OrderedDict[tuple[bytes, int, int, _Cut], MicroBatches] = OrderedDict()
 _PACKED_MAX = 512
+_BALANCED: OrderedDict[tuple[bytes, int, int], list[list[int]]] = OrderedDict()
+_BALANCED_MAX = 256
 
 
 def microbatches_for(seq_tokens: np.ndarray, layout: TrainLayout) -> MicroBatches:
     """One mini-batch under ``layout``: balanced over its dp ranks, cut by count or by budget."""
     arr = np.ascontiguousarray(seq_tokens, dtype=np.int64)
-    key = (hashlib.blake2b(arr.tobytes(), digest_size=16).digest(), arr.size, layout.dp,
-           layout.max_tokens_per_microbatch, layout.cp, layout.micro_batch_size)
+    cut = _cut_of(layout)
+    digest = hashlib.blake2b(arr.tobytes(), digest_size=16).digest()
+    key = (digest, arr.size, layout.dp, cut)
     hit = _PACKED.get(key)
     if hit is not None:
         _PACKED.move_to_end(key)
         return hit
-    mbs = _pack(arr, layout)
+    mbs = _cut(_balanced(arr, digest, layout.dp), cut)
     for a in (mbs.lengths, mbs.sizes, mbs.rank_of):
         a.flags.writeable = False
     _PACKED[key] = mbs
@@ -211,14 +218,36 @@ def microbatches_for(seq_tokens: np.ndarray, layout: TrainLayout) -> MicroBatche
     return mbs
 
 
-def _pack(seq_tokens: np.ndarray, layout: TrainLayout) -> MicroBatches:
-    parts = _balance(seq_tokens, layout.dp)
+def _balanced(arr: np.ndarray, digest: bytes, dp: int) -> list[list[int]]:
+    """:func:`_balance` of ``arr`` (whose digest is ``digest``) over ``dp`` ranks, memoized (the
+    caller only reads it)."""
+    key = (digest, arr.size, dp)
+    hit = _BALANCED.get(key)
+    if hit is not None:
+        _BALANCED.move_to_end(key)
+        return hit
+    parts = _BALANCED[key] = _balance(arr, dp)
+    if len(_BALANCED) > _BALANCED_MAX:
+        _BALANCED.popitem(last=False)
+    return parts
+
+
+def _cut_of(layout: TrainLayout) -> _Cut:
     budget = layout.max_tokens_per_microbatch
-    if budget is None:
-        k = layout.micro_batch_size
-        return MicroBatches.of([[p[i : i + k] for i in range(0, len(p), k)] for p in parts])
+    return ("sequences", layout.micro_batch_size) if budget is None else ("tokens", budget * layout.cp)
+
+
+def _pack(seq_tokens: np.ndarray, layout: TrainLayout) -> MicroBatches:
+    """:func:`microbatches_for` without the memos."""
+    return _cut(_balance(seq_tokens, layout.dp), _cut_of(layout))
+
+
+def _cut(parts: list[list[int]], cut: _Cut) -> MicroBatches:
+    kind, size = cut
+    if kind == "sequences":
+        return MicroBatches.of([[p[i : i + size] for i in range(0, len(p), size)] for p in parts])
     # A rank's part is already longest first, the order first-fit-decreasing takes it in.
-    return MicroBatches.of([_first_fit_decreasing(p, budget * layout.cp) for p in parts])
+    return MicroBatches.of([_first_fit_decreasing(p, size) for p in parts])
 
 
 def split_minibatches(seq_tokens: np.ndarray, num_minibatches: int) -> tuple[np.ndarray, ...]:

@@ -132,9 +132,9 @@ def test_streaming_conserves_tokens_under_interruption(threshold: float, parts: 
     assert all(s.kept_seq_tokens is not None and len(s.kept_seq_tokens) >= 32 for s in sim.iters)
 
 
-@pytest.mark.parametrize("threshold", [0.5, 1.0])
-def test_more_rollout_gpus_never_slow_a_streaming_plan(threshold: float) -> None:
-    m = ExecutionMode(kind="streaming", staleness_threshold=threshold)
+@pytest.mark.parametrize(("threshold", "parts"), [(0.5, 1), (1.0, 1), (0.0, 4), (0.5, 4)])
+def test_more_rollout_gpus_never_slow_a_streaming_plan(threshold: float, parts: int) -> None:
+    m = ExecutionMode(kind="streaming", staleness_threshold=threshold, train_parts=parts)
     times = [run(m, Placement(kind="disaggregated", rollout_gpus=g), iterations=8, sample=toy_sampler(1), prompts=16)
              .step_time_s for g in (2, 4, 6)]
     assert times == sorted(times, reverse=True)

@@ -81,9 +81,10 @@ def test_colocated_async_is_not_faster_than_sync() -> None:
 def test_staleness_zero_equals_sync_in_every_mode_family() -> None:
     split = Placement(kind="disaggregated", rollout_gpus=4)
     sync = run(ExecutionMode(), split, sample=toy_sampler(2))
-    for m in (ExecutionMode(kind="async", staleness=0), ExecutionMode(kind="partial_rollout", token_budget=10**6)):
+    for m in (ExecutionMode(kind="async", staleness=0), ExecutionMode(kind="partial_rollout", token_budget=10**6),
+              ExecutionMode(kind="streaming", staleness_threshold=0.0)):
         r = run(m, split, sample=toy_sampler(2))
-        assert r.step_times_s == sync.step_times_s and set(r.staleness) == {0}
+        assert r.step_times_s == pytest.approx(sync.step_times_s, rel=1e-12) and set(r.staleness) == {0}
 
 
 def test_empty_passes_are_valid() -> None:

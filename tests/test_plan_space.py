@@ -56,38 +56,37 @@ def test_the_chosen_rung_passes_the_training_stage_memory_check(question: dict[s
     rungs = MemoryRungs(sc)
     chosen = 0
     for base in train_layouts(sc):
-        for split in (False, True):
-            lay = rungs.fitted(base, gpus, split)
-            if lay is base:
-                continue  # nothing fits: the plain layout stays and its rejection names why
-            chosen += 1
-            assert _fits_train_step(sc, lay, gpus), lay
-            if lay.recompute == "none":
-                # The fastest rung that fits: full recompute would only add the forward's replay.
-                assert lay.zero_stage == 3 or split or lay.tp > 1 or lay.pp > 1 or lay.ep > 1 or lay.cp_kind == "ring"
-            else:
-                # The fast rung did not fit at any budget that still holds the longest sequence.
-                b = max(1024, base.max_tokens_per_microbatch or 0)
-                assert not _fits_train_step(sc, base.model_copy(update={"recompute": "none", "max_tokens_per_microbatch": b}), gpus)
+        lay = rungs.fitted(base, gpus)
+        if lay is base:
+            continue  # nothing fits: the plain layout stays and its rejection names why
+        chosen += 1
+        assert _fits_train_step(sc, lay, gpus), lay
+        if lay.recompute == "none":
+            # The fastest rung that fits: full recompute would only add the forward's replay.
+            assert lay.zero_stage == 3 or lay.tp > 1 or lay.pp > 1 or lay.ep > 1 or lay.cp_kind == "ring"
+        else:
+            # The fast rung did not fit at any budget that still holds the longest sequence.
+            b = max(1024, base.max_tokens_per_microbatch or 0)
+            assert not _fits_train_step(sc, base.model_copy(update={"recompute": "none", "max_tokens_per_microbatch": b}), gpus)
     assert chosen
 
 
-def test_roomy_pools_drop_recompute_and_split_pools_drop_zero3() -> None:
+def test_roomy_pools_drop_recompute_and_model_parallel_layouts_drop_zero3() -> None:
     sc = _scenario(model="Qwen2.5-0.5B", nodes=1, gpus_per_node=2)
-    base = train_layouts(sc)[0]
-    colocated = MemoryRungs(sc).fitted(base, 2, split=False)
-    split = MemoryRungs(sc).fitted(base, 1, split=True)
-    assert (colocated.recompute, colocated.zero_stage) == ("none", 3)
-    assert (split.recompute, split.zero_stage) == ("none", 1)
+    dp = next(lay for lay in train_layouts(sc) if lay.tp == lay.cp == 1)
+    tp = next(lay for lay in train_layouts(sc) if lay.tp == 2)
+    rungs = MemoryRungs(sc)
+    assert (rungs.fitted(dp, 2).recompute, rungs.fitted(dp, 2).zero_stage) == ("none", 3)
+    assert (rungs.fitted(tp, 2).recompute, rungs.fitted(tp, 2).zero_stage) == ("none", 1)
     # The forward-only passes keep the layout's budget when the update's shrank.
-    assert split.forward_max_tokens_per_microbatch in (None, base.max_tokens_per_microbatch)
+    assert rungs.fitted(dp, 2).forward_max_tokens_per_microbatch in (None, dp.max_tokens_per_microbatch)
 
 
 def test_a_model_too_big_for_its_pool_is_rescued_by_offload_or_smaller_budgets() -> None:
     sc = _scenario(model="Qwen2.5-32B", nodes=1, prompts=32, group_size=4)
     rungs = MemoryRungs(sc)
     base = next(lay for lay in train_layouts(sc) if lay.tp == 1 and lay.pp == 1)
-    got = rungs.fitted(base, 8, split=True)
+    got = rungs.fitted(base, 8)
     max_seq = sc.workload.max_sequence_tokens
     mem = train_memory(sc.models["actor"], got.model_copy(update={"dp": 8 // (got.tp * got.cp)}),
                        max((got.max_tokens_per_microbatch or 0) * got.cp, max_seq), seq_len=max_seq)
@@ -104,7 +103,7 @@ def test_ring_attention_where_ulysses_cannot_split_the_heads() -> None:
 def test_pipelines_run_interleaved_in_the_fast_rung() -> None:
     sc = _scenario(model="Qwen2.5-32B", nodes=2, prompts=32, group_size=4)
     rungs = MemoryRungs(sc)
-    fitted = [rungs.fitted(lay, 16, split=True) for lay in train_layouts(sc) if lay.pp > 1]
+    fitted = [rungs.fitted(lay, 16) for lay in train_layouts(sc) if lay.pp > 1]
     fast = [lay for lay in fitted if lay.recompute == "none"]
     assert fast and all(lay.virtual_stages == 2 and lay.pp_schedule == "interleaved" for lay in fast
                         if sc.models["actor"].num_layers % (2 * lay.pp) == 0)
@@ -121,7 +120,7 @@ def test_splits_at_every_node_boundary_up_to_eight_nodes(nodes: int, splits: lis
 def test_candidate_labels_name_the_knobs_that_differ() -> None:
     sc = _scenario(model="Qwen2.5-0.5B", nodes=1, gpus_per_node=2)
     labels = [c.label for c in enumerate_candidates(sc, SearchOptions()) if isinstance(c, Candidate)]
-    assert any("recompute none" in lab and "zero1" in lab for lab in labels)
+    assert any("recompute none" in lab and "zero1" in lab and "train tp2" in lab for lab in labels)
     assert len(labels) == len(set(labels))
 
 

@@ -20,8 +20,8 @@ Grid (documented choices, not tuned; kept small so that a search fits in a minut
   hold the model states fully sharded (interleaved, 2 virtual stages, in the fast rung where
   the layers divide and it fits); ep = the largest of {8, 4, 2, 1} dividing the experts, for MoE;
 - memory rung of each training layout on its pool (:meth:`MemoryRungs.fitted`): the fast
-  rung, no recompute at the largest power-of-two token budget per micro-batch that fits (on
-  split pools and with tp/pp/ep/ring the lowest ZeRO stage that fits), when it fits; else the
+  rung, no recompute at the largest power-of-two token budget per micro-batch that fits (with
+  tp/pp/ep/ring the lowest ZeRO stage that fits, Megatron's distributed optimizer), when it fits; else the
   safe rung, ZeRO-3 (FSDP) with full recompute and a token budget of the longest sequence / cp
   rounded up to a power of two, at least 16k, rescued if even that does not fit (smaller
   budgets, then the optimizer offloaded, then the parameters);
@@ -247,12 +247,12 @@ def streaming_mode(minibatches: int, threshold: float = 0.5) -> ExecutionMode:
 
 class MemoryRungs:
     """The memory rung of each structural layout on a training pool (module docstring),
-    memoized per (layout, pool size, split): the memory model is closed form, so choosing costs
+    memoized per (layout, pool size): the memory model is closed form, so choosing costs
     a few microseconds per layout, and the space keeps one candidate per layout."""
 
     def __init__(self, sc: Scenario) -> None:
         self.sc = sc
-        self._memo: dict[tuple[TrainLayout, int, bool], TrainLayout] = {}
+        self._memo: dict[tuple[TrainLayout, int], TrainLayout] = {}
 
     def _fits(self, lay: TrainLayout, gpus: int) -> bool:
         sc = self.sc
@@ -280,14 +280,12 @@ class MemoryRungs:
             out.append(b)
         return out
 
-    def fitted(self, lay: TrainLayout, gpus: int, split: bool) -> TrainLayout:
-        """``lay`` on a training pool of ``gpus`` (``split``: not time-shared with the rollout).
+    def fitted(self, lay: TrainLayout, gpus: int) -> TrainLayout:
+        """``lay`` on a training pool of ``gpus``.
 
         The fast rung when it fits: no recompute at the largest budget that fits (forward-only
-        passes keep the layout's budget: they keep no activations for a backward), and on split
-        pools or with tp/pp/ep/ring the lowest ZeRO stage that fits there (a data-parallel
-        layout on a colocated pool keeps ZeRO-3: its states move to the host and back at every
-        phase switch, 1/dp of them per GPU only when sharded).
+        passes keep the layout's budget: they keep no activations for a backward), and with
+        tp/pp/ep/ring the lowest ZeRO stage that fits there (data-parallel layouts keep ZeRO-3).
         Pipelines take the interleaved schedule (2 virtual stages) in the fast rung where it fits.
         Measured with the cost model (docs/benchmarks.md): the fast rung's update is 25-30%
         shorter on every layout tried (0.5B to 32B, dense and MoE, 1 to 128 GPUs), its
@@ -296,7 +294,7 @@ class MemoryRungs:
         Else the safe rung, rescued if it does not fit: the budget halved down to the longest
         sequence, then the optimizer offloaded, then the parameters too. Nothing fits: ``lay``,
         whose rejection names the reason."""
-        key = (lay, gpus, split)
+        key = (lay, gpus)
         got = self._memo.get(key)
         if got is not None:
             return got
@@ -314,8 +312,10 @@ class MemoryRungs:
         if fast is not None:
             # Tensor/pipeline/expert-parallel layouts run with Megatron's distributed optimizer
             # (ZeRO-1) in the frameworks that run them; FSDP + tp is rare (verl refuses it).
+            # Data-parallel layouts keep ZeRO-3 (FSDP): a lower stage shortened the README
+            # scenario's update by 0.2% and would key its stage costs by the placement too.
             model_parallel = lay.tp > 1 or lay.pp > 1 or lay.ep > 1 or (lay.cp > 1 and lay.cp_kind == "ring")
-            if split or model_parallel:
+            if model_parallel:
                 fast = next((z for stage in (1, 2) if self._fits(z := fast.model_copy(update={"zero_stage": stage}), gpus)), fast)
             got = fast
         elif self._fits(lay, gpus):
@@ -386,7 +386,7 @@ def enumerate_candidates(sc: Scenario, opts: SearchOptions) -> Iterator[Candidat
             split = place.kind != "colocated"
             pools, assign = place.resolve(sc.cluster.num_gpus)
             train_gpus = next(p.num_gpus for p in pools if p.name == assign["actor"])
-            for lay in (rungs.fitted(b, train_gpus, split) for b in layouts):
+            for lay in (rungs.fitted(b, train_gpus) for b in layouts):
                 for mode, mlabel in modes(sc, split, opts):
                     # A call that stops at the first B·G finished responses keeps the long ones in
                     # flight (the short ones leave), so the mean length overstates what its KV

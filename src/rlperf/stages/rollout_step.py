@@ -180,6 +180,7 @@ class StepModel:
         default_factory=dict, compare=False, repr=False
     )
     _gather_cache: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
+    _flat_cache: dict[tuple[int, float, float, int], _Flat] = field(default_factory=dict, compare=False, repr=False)
     _cluster: Cluster | None = field(default=None, compare=False, repr=False)
     _act_bytes: float = field(default=2.0, compare=False, repr=False)
 
@@ -337,9 +338,13 @@ class StepModel:
         (every sequence advances once) then takes ``pp`` stage-times of one micro-batch: the
         token-proportional compute and KV traffic divide by ``mb``, while every micro-batch
         still streams its stage's weights (``mb = 1``: the stages run one after the other)."""
-        c0, c1, m0, m1, floor, fixed = self._coefficients(
-            num_decode, context_tokens, chunk_tokens, prefill_s_per_token, num_prefill_seqs
-        )
+        # An engine replans at every event with a new context but mostly the same batch, chunk
+        # and wave: the rest of the coefficients is computed once per such key.
+        key = (num_decode, chunk_tokens, prefill_s_per_token, num_prefill_seqs)
+        flat = self._flat_cache.get(key)
+        if flat is None:
+            flat = self._flat_cache[key] = self._flat(num_decode, chunk_tokens, prefill_s_per_token, num_prefill_seqs)
+        c0, c1, m0, m1, floor, fixed = flat.lines(num_decode, context_tokens, chunk_tokens)
         return Run(float(c0), float(c1), float(m0), float(m1), float(floor), float(fixed))
 
     def runs(
@@ -362,20 +367,22 @@ class StepModel:
         self, b: Count, context_tokens: Coef, c: Coef, prefill_s_per_token: Coef, num_prefill_seqs: Count
     ) -> tuple[Coef, Coef, Coef, Coef, Coef, Coef]:
         """(c0, c1, m0, m1, floor, fixed) of :meth:`run`, for one run or arrays of runs."""
+        return self._flat(b, c, prefill_s_per_token, num_prefill_seqs).lines(b, context_tokens, c)
+
+    def _flat(self, b: Count, c: Coef, prefill_s_per_token: Coef, num_prefill_seqs: Count) -> _Flat:
+        """The parts of :meth:`_coefficients` that do not depend on the context."""
         n_tok = b + _ceil(c)
         mb = self.num_microbatches(b + num_prefill_seqs)
         kv_s = self.kv_bytes_per_token_per_gpu / self.hbm_bytes_per_s / mb
         attn_s = self.attention_flops_per_pair / self.attention_flops_per_s / mb
         c0 = b * self.decode_linear_flops_per_token / self.matmul_flops_per_s / mb
-        c0 = c0 + (attn_s * (context_tokens + b) + prefill_s_per_token * c / mb)
         weights_s = self.weight_bytes_per_gpu(-(-n_tok // mb)) / self.hbm_bytes_per_s
-        m0 = weights_s + kv_s * (context_tokens + b + c)
         extra = self.comm_s(n_tok, mb) + self.sampler_s(b)
         host = self.host_s(b + num_prefill_seqs)
         if self.overlap:  # max(device, host): host is one more flat line, net of the extras
             floor: Coef = np.maximum(self.floor_s, host - extra)
-            return c0, attn_s * b, m0, kv_s * b, floor, extra
-        return c0, attn_s * b, m0, kv_s * b, self.floor_s, extra + host
+            return _Flat(c0, attn_s, prefill_s_per_token * c / mb, weights_s, kv_s, floor, extra)
+        return _Flat(c0, attn_s, prefill_s_per_token * c / mb, weights_s, kv_s, self.floor_s, extra + host)
 
     def host_s(self, num_seqs: Count) -> Coef:
         """Host-side engine time of a step over ``num_seqs`` sequences (module docstring)."""
@@ -407,6 +414,25 @@ class StepModel:
             num_decode * self.decode_linear_flops_per_token
             + (context_sum + num_decode) * self.attention_flops_per_pair
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Flat:
+    """The context-free parts of a run's coefficients (StepModel._flat), for one run or arrays."""
+
+    c0: Coef  # decode compute, without attention
+    attn_s: Coef  # attention per context token
+    prefill_s: Coef  # the chunk's prefill compute
+    weights_s: Coef
+    kv_s: Coef  # KV read per context token
+    floor: Coef
+    fixed: Coef
+
+    def lines(self, b: Count, context_tokens: Coef, c: Coef) -> tuple[Coef, Coef, Coef, Coef, Coef, Coef]:
+        """(c0, c1, m0, m1, floor, fixed) at total context ``context_tokens``."""
+        c0 = self.c0 + (self.attn_s * (context_tokens + b) + self.prefill_s)
+        m0 = self.weights_s + self.kv_s * (context_tokens + b + c)
+        return c0, self.attn_s * b, m0, self.kv_s * b, self.floor, self.fixed
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,6 +111,9 @@ class HardwareProfile(Spec):
     inter_node_latency_s: LaunchSeconds = 10.25e-6  # collective alpha per step, across nodes
     kernel_launch_s: LaunchSeconds = 2.65e-6  # per-kernel fixed cost, eager launches
     graph_kernel_launch_s: LaunchSeconds = 0.58e-6  # per-kernel cost inside a CUDA graph
+    # the shortest a decode kernel runs (launch latency, ramp, tail): a step of n kernels takes at
+    # least n times it (stages.rollout_step)
+    decode_kernel_min_s: LaunchSeconds = 6.13e-6
     # host time to dispatch one op (kernel or collective) of a rollout engine's decode step in
     # eager PyTorch (no CUDA graphs: Python, dispatcher, allocator, launch); a decode step cannot
     # run faster than its ops are dispatched (stages.rollout_step counts them per layer)

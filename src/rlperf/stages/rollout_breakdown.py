@@ -28,7 +28,7 @@ from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout
-from rlperf.stages.rollout_step import KERNELS_PER_LAYER, SAMPLER_PASSES, StepModel, eager_ops_per_step
+from rlperf.stages.rollout_step import SAMPLER_PASSES, StepModel, eager_ops_per_step, kernels_per_step
 
 if TYPE_CHECKING:
     from rlperf.scenario import Scenario
@@ -107,11 +107,13 @@ def decode_step_breakdown(
         ))
     terms.append(StepTerm("KV cache read", (ctx + b) * step.kv_bytes_per_token_per_gpu / step.hbm_bytes_per_s / mb,
                           "memory", hbm_src))
+    kernels, ops = kernels_per_step(model, layout.tp), eager_ops_per_step(model, layout.tp)
+    count = f"{model.num_layers} layers, structural count: rollout_step.eager_ops_per_layer"
     terms.append(StepTerm(
-        f"kernel launches ({'CUDA graphs' if cuda_graphs else 'eager'})", step.floor_s, "floor",
-        f"{_prov(cluster, 'graph_kernel_launch_s')} x {KERNELS_PER_LAYER} kernels x {model.num_layers} layers" if cuda_graphs
-        else f"{_prov(cluster, 'eager_op_launch_s')} x {eager_ops_per_step(model, layout.tp)} ops "
-             f"({model.num_layers} layers, structural count: rollout_step.eager_ops_per_layer)"))
+        f"kernel floor ({'CUDA graphs' if cuda_graphs else 'eager'})", step.floor_s, "floor",
+        f"max({_prov(cluster, 'graph_kernel_launch_s')}, {_prov(cluster, 'decode_kernel_min_s')}) x {kernels} kernels ({count})"
+        if cuda_graphs else
+        f"max({_prov(cluster, 'eager_op_launch_s')} x {ops} ops, decode_kernel_min_s x {kernels} kernels) ({count})"))
     act = b * model.hidden_size * bytes_per(layout.dtype) / mb
     if layout.tp > 1:
         group = group_for(cluster, layout.tp)

@@ -21,8 +21,9 @@ micro-batches in flight the token-proportional terms divide by their number, see
                     + (pp-1) stage hand-offs (one point-to-point send of the activations)
                     + the all-gather of the vocab-parallel logits over the tp group (b · V fp32)
     sampler = b · V · 4 bytes · SAMPLER_PASSES / (HBM bandwidth · decode_hbm_efficiency)
-    launch floor = graph_kernel_launch_s · KERNELS_PER_LAYER · L   (CUDA graphs)
-                 = eager_op_launch_s · Σ_layers eager_ops_per_layer  (eager)
+    launch floor = max(graph_kernel_launch_s, decode_kernel_min_s) · kernels   (CUDA graphs)
+                 = max(eager_op_launch_s · ops, decode_kernel_min_s · kernels)  (eager)
+                   (ops = Σ_layers eager_ops_per_layer; kernels = ops less the all-reduces)
     host = engine_step_overhead_s + engine_layer_overhead_s · L + engine_seq_overhead_s · n
            (profile; n = sequences in the step, decoding and prefilling; 0 where unset)
 
@@ -64,9 +65,13 @@ extra`` with ``extra`` = communication + sampler.
 The launch floor enters the max, not the sum: a step cannot finish before its kernels are
 launched, but launches overlap with the kernels of the step, and ``decode_hbm_efficiency`` is an
 end-to-end decode figure (gpt-fast MBU) that already carries the gaps between kernels; adding
-the launches on top would count them twice. vLLM and SGLang replay decode steps as CUDA graphs,
-so the per-kernel cost is the profile's ``graph_kernel_launch_s`` and the floor binds only for
-very small models. In eager execution (``EngineLayout.cuda_graphs = False``, vLLM's
+the launches on top would count them twice. vLLM and SGLang replay decode steps as CUDA graphs:
+a kernel then costs its replay (``graph_kernel_launch_s``, a no-op kernel's) but no decode
+kernel is shorter than ``decode_kernel_min_s``, the time of a tiny kernel's launch latency, ramp
+and tail (6.13 us, profiles.yaml: vLLM's single-stream TPOT of Qwen3-0.6B and Qwen3-1.7B on
+an A100, 4.2 and 4.6 ms, both 28 layers, are met only by a floor of ~2.06 ms for the smaller
+model's 336 kernels and the 2.14 ms host time of the larger), so small models and MoE layers
+(more, smaller kernels) are floor-bound at small batches. In eager execution (``EngineLayout.cuda_graphs = False``, vLLM's
 ``enforce_eager``) the host dispatches every op of every layer through Python and the
 PyTorch dispatcher, and the floor is ``eager_op_launch_s`` per op dispatched (Llama-3.1-8B on
 an H100: 8.4 ms per decode step eager against 5.1 ms as a CUDA graph, the eager step
@@ -131,11 +136,6 @@ from rlperf.specs.parallel import EngineLayout
 # sampling read): see the module docstring. Structural, not fitted.
 SAMPLER_PASSES = 4
 _LOGIT_BYTES = 4  # fp32 logits
-
-# Kernels launched per layer in a decode step of a fused vLLM-style layer: input norm, QKV
-# GEMM, rotary, attention, output GEMM, post-attention norm, gate-up GEMM, activation, down
-# GEMM. A structural count (not fitted); the per-kernel floor itself is profile data.
-KERNELS_PER_LAYER = 9
 
 # A coefficient of one run (a Python number) or of many runs at once (a numpy array, one entry
 # per run): the engine times all runs of a replica in one pass once nothing outside the replica
@@ -220,8 +220,9 @@ class StepModel:
             kv_bytes_per_token_per_gpu=model.kv_bytes_per_token(layout.kv_dtype) * kv_share,
             num_experts=moe.num_experts if moe is not None else 0,
             experts_per_token=moe.experts_per_token if moe is not None else 0,
-            floor_s=(launch_s * KERNELS_PER_LAYER * model.num_layers if cuda_graphs
-                     else prof.eager_op_launch_s * eager_ops_per_step(model, tp)),
+            floor_s=(max(launch_s, prof.decode_kernel_min_s) * kernels_per_step(model, tp) if cuda_graphs
+                     else max(prof.eager_op_launch_s * eager_ops_per_step(model, tp),
+                              prof.decode_kernel_min_s * kernels_per_step(model, tp))),
             overhead_s=prof.engine_step_s(model.num_layers),
             expert_ranks=expert_ranks,
             routing_imbalance=prof.moe_routing_imbalance or 1.0,
@@ -578,6 +579,12 @@ def eager_ops_per_step(model: ModelSpec, tp: int) -> int:
     dense_layers = model.num_layers - moe_layers
     return (dense_layers * eager_ops_per_layer(model, tp, False)
             + moe_layers * eager_ops_per_layer(model, tp, True))
+
+
+def kernels_per_step(model: ModelSpec, tp: int) -> int:
+    """Device kernels of all decoder layers of one decode step: the eager ops less the two
+    all-reduces a layer makes at tp > 1 (costed as communication)."""
+    return eager_ops_per_step(model, tp) - (2 * model.num_layers if tp > 1 else 0)
 
 
 def _expert_params(model: ModelSpec) -> tuple[float, float]:

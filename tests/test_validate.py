@@ -294,6 +294,33 @@ def test_fit_uses_only_calibration_cases_and_finds_the_grid_optimum(monkeypatch:
                                          "fsdp_layer = 0 ms, load_walk = 0 ms, sync_bucket = 0 ms, sync_tensor = 1 ms")
 
 
+def test_fit_runs_every_grid_point_in_one_pool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """One executor for the whole fit (its workers keep their stage caches): every evaluation
+    gets the same pool, and fit starts no pool of its own when given one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import rlperf.calibration as cal
+
+    cases = (_case(id="a", source_url="https://example.org/d"),)
+    cf = load_cases(_write(tmp_path, _file(*cases)), check=False)
+    pools: list[object] = []
+
+    def fake_run(cases, scale=(), jobs=1, profile_path=None, pool=None):  # type: ignore[no-untyped-def]
+        pools.append(pool)
+        c = dict(scale).get("compute", 1.0)
+        return tuple(_r(case.spec.measured, case.spec.measured * 1.15 / c) for case in cases)
+
+    def no_new_pool(*args: object, **kwargs: object) -> None:
+        raise AssertionError("fit started a pool of its own")
+
+    monkeypatch.setattr(cal, "run_cases", fake_run)
+    monkeypatch.setattr(cal, "ProcessPoolExecutor", no_new_pool)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        res = cal.fit(cf.cases, jobs=2, pool=pool)
+    assert res.factor_map["compute"] == 1.15
+    assert len(pools) > 10 and all(p is pool for p in pools)
+
+
 def test_fit_never_makes_a_metric_of_its_split_worse(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A synthetic model where lowering ``compute`` fixes two step times (lowering the mean
     |ln| loss) but doubles the error of the one stage time: every such point is infeasible, so

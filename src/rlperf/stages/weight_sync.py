@@ -131,14 +131,24 @@ class Gather:
     terms: tuple[tuple[str, float], ...]  # (group, seconds): pp_broadcast, tp_gather, ep_gather, ...
 
 
+@dataclass(frozen=True)
+class _Collectives:
+    """One kind of gather call of the loop, over one group: how many, and what they cost."""
+
+    name: str
+    time_s: float
+    bytes_sent_per_rank: float
+    calls: int
+
+
 def _calls(cluster: Cluster, name: str, calls: int, total_bytes: float, group: CommGroup,
-           kind: Literal["gather", "broadcast"]) -> tuple[str, float, float, int]:
+           kind: Literal["gather", "broadcast"]) -> _Collectives:
     """``calls`` collectives over ``group`` moving ``total_bytes`` in all, at their mean size."""
     if calls == 0 or group.size == 1:
-        return name, 0.0, 0.0, 0
+        return _Collectives(name, 0.0, 0.0, 0)
     each = total_bytes / calls
     cost = all_gather(cluster, each, group) if kind == "gather" else broadcast(cluster, each, group)
-    return name, calls * cost.time_s, calls * cost.bytes_sent_per_rank, calls
+    return _Collectives(name, calls * cost.time_s, calls * cost.bytes_sent_per_rank, calls)
 
 
 def gather_full_tensors(model: ModelSpec, cluster: Cluster, layout: TrainLayout) -> Gather:
@@ -173,8 +183,8 @@ def gather_full_tensors(model: ModelSpec, cluster: Cluster, layout: TrainLayout)
         # FSDP/ZeRO-3: full_tensor() per parameter over the data-parallel ranks
         rows.append(_calls(cluster, "zero3_gather", ck.num_tensors, ck.params * b,
                            group_for(cluster, layout.shard_degree, stride=tp), "gather"))
-    terms = tuple((n, t) for n, t, _, _ in rows if t > 0)
-    return Gather(sum(t for _, t, _, _ in rows), sum(s for _, _, s, _ in rows), sum(c for *_, c in rows), terms)
+    terms = tuple((r.name, r.time_s) for r in rows if r.time_s > 0)
+    return Gather(sum(r.time_s for r in rows), sum(r.bytes_sent_per_rank for r in rows), sum(r.calls for r in rows), terms)
 
 
 def _engine_shard_params(model: ModelSpec, engine: EngineLayout) -> float:

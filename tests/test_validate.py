@@ -321,6 +321,28 @@ def test_fit_runs_every_grid_point_in_one_pool(monkeypatch: pytest.MonkeyPatch, 
     assert len(pools) > 10 and all(p is pool for p in pools)
 
 
+def test_fit_keeps_parameters_no_case_depends_on_at_their_neutral_value(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    """A parameter that moves the predictions by rounding noise only (1e-15) is not identified:
+    it stays neutral (it took a sync-only fit to decode x0.9 and an 8 ms engine step)."""
+    import rlperf.calibration as cal
+
+    cases = (_case(id="a", source_url="https://example.org/d"),)
+    cf = load_cases(_write(tmp_path, _file(*cases)), check=False)
+
+    def fake_run(cases, scale=(), jobs=1, profile_path=None, pool=None):  # type: ignore[no-untyped-def]
+        f = dict(scale)
+        noise = 1e-15 * (f.get("engine_step", 0.0) * 1e3 + f.get("decode", 1.0))
+        off = 1.15 / f.get("compute", 1.0) - noise
+        return tuple(_r(case.spec.measured, case.spec.measured * off) for case in cases)
+
+    monkeypatch.setattr(cal, "run_cases", fake_run)
+    res = cal.fit(cf.cases)
+    assert res.factor_map["compute"] == 1.15
+    assert res.factor_map["decode"] == 1.0
+    assert res.factor_map["engine_step"] == cal.PARAMS["engine_step"].neutral
+
+
 def test_fit_never_makes_a_metric_of_its_split_worse(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A synthetic model where lowering ``compute`` fixes two step times (lowering the mean
     |ln| loss) but doubles the error of the one stage time: every such point is infeasible, so

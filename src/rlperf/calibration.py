@@ -236,8 +236,11 @@ def fit(cases: Sequence[ValidationCase], jobs: int = 1, sweeps: int = 2,
         changed = False
         for block in BLOCKS:
             grids = itertools.product(*(PARAMS[name].grid for name in block))
+            # Objectives equal to 1e-9 tie (a parameter no fit case depends on moves the rest
+            # by rounding noise only), and ties keep the values nearest the neutral ones.
             scores = [
-                (objective({**best, **dict(zip(block, vs))}), sum(_distance(PARAMS[n], v) for n, v in zip(block, vs)), vs)
+                (round(objective({**best, **dict(zip(block, vs))}), 9),
+                 sum(_distance(PARAMS[n], v) for n, v in zip(block, vs)), vs)
                 for vs in grids
             ]
             _, _, vs_best = min(scores)

@@ -156,8 +156,9 @@ def validate_cmd(
             fitted = fit(cf.cases, jobs=n_jobs, pool=pool, progress=progress)
             label = "calibrated: " + describe(fitted.factors)
             calibrated = validate(cf, jobs=n_jobs, scale=as_scale(fitted.factor_map), profile_label=label, pool=pool)
-            hold = calibrated.stats("step_time_s", "holdout")
-            note = f"Hold-out median |error| on step times: {hold.median_abs_error_pct:.0f}% (n = {hold.num_cases})."
+            hold = [s for s in calibrated.summary if (s.metric, s.split, s.lengths) == ("step_time_s", "holdout", "all")]
+            note = (f"Hold-out median |error| on step times: {hold[0].median_abs_error_pct:.0f}% (n = {hold[0].num_cases})."
+                    if hold and hold[0].num_cases else "No hold-out step times among the cases.")
             path = write_profile(out, fitted, note)
             payload["calibration"] = {
                 "factors": dict(fitted.factors), "num_cases": fitted.num_cases,

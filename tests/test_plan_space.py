@@ -157,3 +157,4 @@ def test_fine_splits_only_on_the_questions_own_cluster() -> None:
 
     assert splits(SearchOptions(fine_splits_at_gpus=64)) == set(range(8, 64, 8))
     assert splits(SearchOptions(fine_splits_at_gpus=128)) == {16, 32, 48}  # a fraction of a 16-node question
+    assert splits(SearchOptions()) == {16, 32, 48}  # by default

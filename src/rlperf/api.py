@@ -209,6 +209,7 @@ def plan(
     objective: str = "time",
     max_staleness: int = 2,
     top_k: int = 3,
+    fine_splits: bool = False,
     explain: bool = True,
     resolved: tuple[Scenario, LengthChoice] | None = None,
     mapper: Mapper | None = None,
@@ -241,7 +242,7 @@ def plan(
                         "1 <= end mean < max response")
     mapper = mapper or local_mapper()
     opts = SearchOptions(max_staleness=max_staleness, top_k=top_k, objective=objective, plan_filter=preset,
-                         fine_splits_at_gpus=sc.cluster.num_gpus)
+                         fine_splits_at_gpus=sc.cluster.num_gpus if fine_splits else None)
     res = search(sc, opts, mapper, progress)
     best = res.best
     assert best.sim is not None

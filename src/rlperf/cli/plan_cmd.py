@@ -59,6 +59,7 @@ def plan_cmd(
     objective: str = typer.Option("time", help="time | cost | throughput_per_gpu"),
     max_staleness: int = typer.Option(2, help="largest policy lag allowed (0 = on-policy only)"),
     top_k: int = typer.Option(3, help="plans per GPU count simulated after the fast estimate"),
+    fine_splits: bool = typer.Option(False, "--fine-splits", help="split rollout:training at every node boundary (up to 8 nodes; slower)"),
     from_kind: str = typer.Option(None, "--from", help="import your plan from a framework config: verl | openrlhf"),
     config: str = typer.Argument(None, help="with --from: the framework config (verl YAML, or OpenRLHF args file)"),
     override: list[str] = typer.Option(None, "--override", "-o", help="with --from verl: key=value overrides"),
@@ -108,7 +109,8 @@ def plan_cmd(
     mapper = ray_mapper() if executor == "ray" else local_mapper(jobs or None)
     with progress_reporter(console) as progress:
         ans = plan(scenario, end_mean_response=end_mean_response, steps=steps, lengths=sweep, framework=framework,
-                   objective=objective, max_staleness=max_staleness, top_k=top_k, resolved=resolved, mapper=mapper,
+                   objective=objective, max_staleness=max_staleness, top_k=top_k, fine_splits=fine_splits,
+                   resolved=resolved, mapper=mapper,
                    progress=progress, model=model, gpu=gpu, nodes=nodes, gpus_per_node=gpus_per_node,
                    algorithm=algorithm, workload=workload, prompts=prompts, group_size=group_size,
                    max_response=max_response, mean_response=mean_response, median_response=median_response,

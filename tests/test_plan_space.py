@@ -158,3 +158,27 @@ def test_fine_splits_only_on_the_questions_own_cluster() -> None:
     assert splits(SearchOptions(fine_splits_at_gpus=64)) == set(range(8, 64, 8))
     assert splits(SearchOptions(fine_splits_at_gpus=128)) == {16, 32, 48}  # a fraction of a 16-node question
     assert splits(SearchOptions()) == {16, 32, 48}  # by default
+
+
+def test_a_critic_of_another_model_gets_its_own_memory_rung() -> None:
+    from rlperf.plan.search import _simulate_one
+
+    sc = load_scenario({
+        "name": "critic", "model": "Qwen2.5-0.5B",
+        "cluster": {"gpu": "H100", "num_nodes": 1, "gpus_per_node": 2},
+        "workload": {"prompts_per_step": 4, "group_size": 2,
+                     "prompt_length": {"kind": "uniform", "min_tokens": 16, "max_tokens": 256},
+                     "response_length": {"kind": "lognormal", "median_tokens": 2000, "sigma": 0.5, "cap_tokens": 16000}},
+        "algorithm": {"name": "PPO", "minibatches": 1, "critic_model": "Qwen2.5-7B"},
+    })
+    cands = [c for c in enumerate_candidates(sc, SearchOptions()) if isinstance(c, Candidate)]
+    own = [c for c in cands if "critic" in c.plan.layouts]
+    assert own and all("; critic " in c.label for c in own)
+    c = next(c for c in own if c.plan.placement.kind == "colocated" and c.plan.mode.kind == "sync")
+    actor, critic = c.plan.layouts["actor"], c.plan.layouts["critic"]
+    assert actor.recompute == "none" and (critic.recompute, critic.max_tokens_per_microbatch) != (actor.recompute, actor.max_tokens_per_microbatch)
+    # The critic's rung is what its own model fits: the candidate simulates (a 7B critic on
+    # 2 GPUs with the actor's no-recompute rung would not).
+    assert not isinstance(_simulate_one((sc, c.plan)), str)
+    too_big = c.plan.model_copy(update={"layouts": {"actor": actor}})
+    assert isinstance(_simulate_one((sc, too_big)), str)

@@ -32,7 +32,8 @@ Grid (documented choices, not tuned; kept small so that a search fits in a minut
 The engine's max_num_seqs is raised to the sequences its KV cache holds at the mean length
 (the nearest power of two, up to 1,024), except under streaming (see enumerate_candidates). Not searched (the scenario's values are kept): the engine's
 gpu_memory_utilization (it would multiply the rollout simulations, the estimate's dominant cost),
-per-role layouts (the critic, reference and reward models take the actor's layout), selective
+per-role layouts beyond memory (the reference and reward models take the actor's layout; a
+critic of another model takes its own memory rung of the same tp/pp/cp layout), selective
 recompute (with FlashAttention it keeps what no recompute keeps: rlperf.cost.memory).
 """
 
@@ -251,8 +252,9 @@ class MemoryRungs:
     memoized per (layout, pool size): the memory model is closed form, so choosing costs
     a few microseconds per layout, and the space keeps one candidate per layout."""
 
-    def __init__(self, sc: Scenario) -> None:
+    def __init__(self, sc: Scenario, role: str = "actor") -> None:
         self.sc = sc
+        self.model = sc.models[role]
         self._memo: dict[tuple[TrainLayout, int], TrainLayout] = {}
 
     def _fits(self, lay: TrainLayout, gpus: int) -> bool:
@@ -265,7 +267,7 @@ class MemoryRungs:
         # as many micro-batches as the schedule ever keeps in flight (a long mini-batch's).
         tokens = max((lay.max_tokens_per_microbatch or max_seq) * lay.cp, max_seq)
         try:
-            mem = train_memory(sc.models["actor"], lay.model_copy(update={"dp": dp}), tokens, seq_len=max_seq,
+            mem = train_memory(self.model, lay.model_copy(update={"dp": dp}), tokens, seq_len=max_seq,
                                num_microbatches=1 << 20)
         except SpecError:
             return False
@@ -303,7 +305,7 @@ class MemoryRungs:
         # Interleaved 1F1B (Narayanan et al. 2021) divides the bubble by the virtual stages but
         # keeps more micro-batches in flight: first where the layers divide, else plain 1F1B.
         schedules = [lay]
-        if lay.pp > 1 and self.sc.models["actor"].num_layers % (2 * lay.pp) == 0:
+        if lay.pp > 1 and self.model.num_layers % (2 * lay.pp) == 0:
             schedules.insert(0, lay.model_copy(update={"pp_schedule": "interleaved", "virtual_stages": 2}))
         fast = next((f for sched in schedules for b in self._budgets(lay)
                      if self._fits(f := sched.model_copy(update={
@@ -380,6 +382,8 @@ def enumerate_candidates(sc: Scenario, opts: SearchOptions) -> Iterator[Candidat
         yield Rejected("training layout", "no tp/pp/cp layout fits the longest sequence and the heads")
         return
     rungs = MemoryRungs(sc)
+    # A critic of another model (PPO's critic_model) gets its own rung of the same layout.
+    critic = MemoryRungs(sc, "critic") if "critic" in sc.algorithm.roles and sc.models["critic"] != sc.models["actor"] else None
     n_responses = sc.workload.prompts_per_step * sc.workload.group_size
     fine = opts.fine_splits_at_gpus == sc.cluster.num_gpus
     for eng in engines:
@@ -387,7 +391,11 @@ def enumerate_candidates(sc: Scenario, opts: SearchOptions) -> Iterator[Candidat
             split = place.kind != "colocated"
             pools, assign = place.resolve(sc.cluster.num_gpus)
             train_gpus = next(p.num_gpus for p in pools if p.name == assign["actor"])
-            for lay in (rungs.fitted(b, train_gpus) for b in layouts):
+            for b in layouts:
+                lay = rungs.fitted(b, train_gpus)
+                roles = {"actor": lay}
+                if critic is not None and (c := critic.fitted(b, train_gpus)) != lay:
+                    roles["critic"] = c
                 for mode, mlabel in modes(sc, split, opts):
                     # A call that stops at the first B·G finished responses keeps the long ones in
                     # flight (the short ones leave), so the mean length overstates what its KV
@@ -398,12 +406,13 @@ def enumerate_candidates(sc: Scenario, opts: SearchOptions) -> Iterator[Candidat
                     plan = base.model_copy(update={
                         "placement": place,
                         "rollout": e,
-                        "layouts": {"actor": lay},
+                        "layouts": roles,
                         "mode": mode,
                     })
                     seqs = f" seqs{e.max_num_seqs}" if e.max_num_seqs != base.rollout.max_num_seqs else ""
+                    crit = f"; critic {layout_label(roles['critic'])[6:]}" if "critic" in roles else ""
                     gen = f"gen tp{e.tp}" + (f" pp{e.pp}" if e.pp > 1 else "") + seqs
-                    yield Candidate(plan, f"{plabel} | {gen} | {layout_label(lay)} | {mlabel}")
+                    yield Candidate(plan, f"{plabel} | {gen} | {layout_label(lay)}{crit} | {mlabel}")
 
 
 def framework_default_plans(sc: Scenario) -> list[Candidate]:

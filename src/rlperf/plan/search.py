@@ -16,6 +16,7 @@ import math
 import os
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -118,16 +119,32 @@ def _simulate_one(args: tuple[Scenario, Plan]) -> SimResult | str:
     return _simulate(args[0], args[1], timeline=False)
 
 
+# Simulations already run in this process, by everything they read: the what-ifs of the best
+# plan are often plans the search simulated already (the same plan on the same GPUs). A
+# simulation is deterministic and its result frozen, so sharing one is safe.
+_SIMULATED: OrderedDict[tuple[str, str, str, bool], SimResult | str] = OrderedDict()
+_SIMULATED_MAX = 64
+
+
 def _simulate(sc: Scenario, plan: Plan, timeline: bool) -> SimResult | str:
     from rlperf.sim.run import run_scenario
 
     warmup, steady = sim_iterations(plan)
     sim = sc.spec.simulation.model_copy(update={"iterations": warmup + steady, "warmup": warmup})
     spec = sc.spec.model_copy(update={"plan": plan, "simulation": sim})
+    key = (spec.model_dump_json(), sc.cluster.model_dump_json(), sc.workload.model_dump_json(), timeline)
+    got = _SIMULATED.get(key)
+    if got is not None:
+        _SIMULATED.move_to_end(key)
+        return got
     try:
-        return run_scenario(Scenario(spec, sc.models, sc.cluster, sc.workload, sc.algorithm), timeline=timeline)
+        got = run_scenario(Scenario(spec, sc.models, sc.cluster, sc.workload, sc.algorithm), timeline=timeline)
     except SpecError as err:
-        return str(err)
+        got = str(err)
+    _SIMULATED[key] = got
+    if len(_SIMULATED) > _SIMULATED_MAX:
+        _SIMULATED.popitem(last=False)
+    return got
 
 
 def _with_timeline(sc: Scenario, e: PlanEvaluation) -> PlanEvaluation:

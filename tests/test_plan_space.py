@@ -182,3 +182,13 @@ def test_a_critic_of_another_model_gets_its_own_memory_rung() -> None:
     assert not isinstance(_simulate_one((sc, c.plan)), str)
     too_big = c.plan.model_copy(update={"layouts": {"actor": actor}})
     assert isinstance(_simulate_one((sc, too_big)), str)
+
+
+def test_engines_whose_weights_overflow_their_budget_are_rejected_once_with_the_reason() -> None:
+    sc = _scenario(model="Qwen2.5-72B", nodes=2)  # 145 GB of bf16 weights: tp 1 and 2 overflow 68 GB
+    out = list(enumerate_candidates(sc, SearchOptions()))
+    for tp in (1, 2):
+        rejected = [r for r in out if not isinstance(r, Candidate) and r.label.startswith(f"rollout engine tp{tp} ")]
+        assert len(rejected) == 1 and "gpu_memory_utilization budget" in rejected[0].reason
+        assert not any(isinstance(c, Candidate) and c.plan.rollout.tp == tp for c in out)
+    assert any(isinstance(c, Candidate) and c.plan.rollout.tp == 4 for c in out)

@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from rlperf.cost.memory import inference_memory, train_memory
+from rlperf.cost.memory import check_kv_capacity, inference_memory, train_memory
 from rlperf.errors import SpecError
 from rlperf.modes import GenerationRounds, mode_of
 from rlperf.scenario import Scenario
@@ -387,6 +387,11 @@ def enumerate_candidates(sc: Scenario, opts: SearchOptions) -> Iterator[Candidat
     n_responses = sc.workload.prompts_per_step * sc.workload.group_size
     fine = opts.fine_splits_at_gpus == sc.cluster.num_gpus
     for eng in engines:
+        try:  # weights and workspace alone overflow the engine's budget: no placement helps
+            check_kv_capacity(inference_memory(sc.models["actor"], eng, sc.cluster.accelerator.hbm_bytes), "engine")
+        except SpecError as err:
+            yield Rejected(f"rollout engine tp{eng.tp} pp{eng.pp}", str(err))
+            continue
         for place, plabel in placements(sc, eng.tp * eng.pp, fine):
             split = place.kind != "colocated"
             pools, assign = place.resolve(sc.cluster.num_gpus)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from itertools import chain
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
@@ -312,7 +311,6 @@ def _result(
     makespan = t_stop if t_stop < math.inf else float(max(rep_finish.max(), 0.0))
     crit = int(np.argmax(rep_finish))
     crit_segs = stats[crit].segments
-    segments = tuple(chain.from_iterable(s.segments for s in stats))
     depth, decode_depth = _depth(step, requests, target, layout.max_num_batched_tokens)
     gpus = layout.gpus_per_replica
     return RolloutResult(
@@ -343,5 +341,5 @@ def _result(
         decode_depth_s=decode_depth,
         num_gpus=layout.num_gpus,
         gpus_per_replica=gpus,
-        segments=segments,
+        timeline=tuple(s.segments for s in stats),
     )

@@ -41,7 +41,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 
-from rlperf.stages.rollout_result import TimelineSegment
+from rlperf.stages.rollout_result import SegmentLog
 from rlperf.stages.rollout_step import Coef, Count, Run, StepModel
 
 WAITING, PREFILL, DECODING, DONE = 0, 1, 2, 3
@@ -85,7 +85,7 @@ class ReplicaStats:
     prefill_tokens: int = 0
     decode_tokens: int = 0
     preemptions: int = 0
-    segments: list[TimelineSegment] = field(default_factory=list)
+    segments: SegmentLog = field(default_factory=SegmentLog)
 
 
 @dataclass
@@ -333,9 +333,7 @@ class Replica:
         self.stats.flops += float(flops)
         self.stats.bytes_per_gpu += float(num_bytes)
         self.stats.roofline_s += dt - m * plan.fixed
-        self.stats.segments.append(
-            TimelineSegment(self.index, self.t, self.t + dt, self.occupied, "prefill" if self.wave else "decode")
-        )
+        self.stats.segments.append(self.t, self.t + dt, self.occupied, bool(self.wave))
         self.stats.busy_s += dt
         self.t += dt
         self.stats.last_end_s = self.t

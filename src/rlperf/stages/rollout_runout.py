@@ -19,12 +19,11 @@ event (:mod:`rlperf.stages.rollout`), at a fraction of the cost:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, chain
 
 import numpy as np
 
 from rlperf.stages.rollout_engine import DECODING, DONE, Replica, RunLog, run_totals
-from rlperf.stages.rollout_result import SegmentKind, TimelineSegment
 
 
 @dataclass(frozen=True)
@@ -196,8 +195,7 @@ def time_runs(replicas: list[Replica], drained: list[Drained]) -> None:
         st.busy_s = _in_order(st.busy_s, dt[lo:hi])
         t = list(accumulate(dt[lo:hi].tolist(), initial=r.t))
         end_s[lo:hi] = t[1:]
-        kinds: list[SegmentKind] = ["prefill" if w else "decode" for w in prefill[lo:hi]]
-        st.segments.extend(map(TimelineSegment, repeat(r.index), t[:-1], t[1:], occupied[lo:hi], kinds))
+        st.segments.extend(t[:-1], t[1:], occupied[lo:hi], prefill[lo:hi])
         r.t = st.last_end_s = t[-1]
         done, finish_s = 0, r.book.finish_s
         for k, upto in enumerate(log.ends):

@@ -34,7 +34,6 @@ import numpy as np
 from rlperf.errors import SpecError
 from rlperf.stages.rollout_engine import ReplicaStats, run_totals
 from rlperf.stages.rollout_requests import RolloutRequests
-from rlperf.stages.rollout_result import TimelineSegment
 from rlperf.stages.rollout_step import StepModel
 
 
@@ -135,9 +134,9 @@ def _run_batch(
         st.flops += float(flops)
         st.bytes_per_gpu += float(num_bytes)
         st.roofline_s += dt - args[2] * run.fixed
-    st.segments.append(TimelineSegment(r.index, t, t + pre_s, b, "prefill"))
+    st.segments.append(t, t + pre_s, b, True)
     if longest > 1:
-        st.segments.append(TimelineSegment(r.index, t + pre_s, t + pre_s + dec_s, b, "decode"))
+        st.segments.append(t + pre_s, t + pre_s + dec_s, b, False)
     st.busy_s += pre_s + dec_s
     st.last_end_s = t + pre_s + dec_s
     st.num_steps += longest

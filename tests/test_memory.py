@@ -476,3 +476,16 @@ def test_engine_kv_capacity_is_consistent(model: ModelSpec, tp: int, util: float
     assert mem.kv_capacity_tokens * mem.kv_bytes_per_token <= max(mem.kv_capacity_bytes, 0.0)
     bigger = inference_memory(model, EngineLayout(tp=tp, gpu_memory_utilization=util), 141e9)
     assert bigger.kv_capacity_tokens >= mem.kv_capacity_tokens
+
+
+def test_zero_offload_keeps_gradient_shards_on_the_host() -> None:
+    """ZeRO-Offload (ZeRO-2 + offload_optimizer): the reduced gradient partitions live on the
+    host with the optimizer; ZeRO-1 keeps its (unsharded) gradients on the GPU."""
+    lay = TrainLayout(dp=2, zero_stage=2, offload_optimizer=True)
+    on_gpu = train_memory(QWEN25_7B, lay.model_copy(update={"offload_optimizer": False}), 4096)
+    off = train_memory(QWEN25_7B, lay, 4096)
+    assert off.grads_bytes == off.optimizer_bytes == 0
+    assert off.weights_bytes == on_gpu.weights_bytes
+    assert off.host_bytes == pytest.approx(on_gpu.grads_bytes + on_gpu.optimizer_bytes)
+    z1 = train_memory(QWEN25_7B, lay.model_copy(update={"zero_stage": 1}), 4096)
+    assert z1.grads_bytes > 0

@@ -21,7 +21,11 @@ unsharded gradient (``grad_dtype``) until it is reduce-scattered. Prefetching th
 
 Offload (DeepSpeed ZeRO-Offload / FSDP ``CPUOffload`` semantics, during the step itself):
 ``offload_params`` keeps the weight and gradient shards in host memory, ``offload_optimizer``
-the optimizer states; host bytes are reported separately. (verl's ``param_offload`` instead
+the optimizer states, and under ZeRO-2/3 also the gradient shards: ZeRO-Offload copies each
+reduced gradient partition to the host, where the optimizer step runs, and the GPU keeps only
+the reduce buckets (Ren et al. 2021, "ZeRO-Offload", §4.1: gradients, optimizer states and
+the optimizer computation on the CPU; parameters and forward/backward on the GPU). Host bytes
+are reported separately. (verl's ``param_offload`` instead
 moves states off the GPU *between* phases; that shapes a colocated timeline, not the peak of
 the training step, and is the placement layer's business.)
 """
@@ -213,11 +217,14 @@ def _train_stage(
         (bytes_per(ACTIVATION_DTYPE) if gathers else 0.0)
         + (g_bytes if lay.zero_stage >= 2 or lay.offload_params else 0.0)
     )
-    host = (weights + grads if lay.offload_params else 0.0) + (
+    grads_to_host = lay.offload_params or (lay.offload_optimizer and lay.zero_stage >= 2)
+    host = (weights if lay.offload_params else 0.0) + (grads if grads_to_host else 0.0) + (
         optimizer if lay.offload_optimizer else 0.0
     )
     if lay.offload_params:
-        weights = grads = 0.0
+        weights = 0.0
+    if grads_to_host:
+        grads = 0.0
     if lay.offload_optimizer:
         optimizer = 0.0
     in_flight = microbatches_in_flight(lay, st.stage, num_mb)

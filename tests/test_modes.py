@@ -281,3 +281,26 @@ def test_openrlhf_export_names_what_it_cannot_keep() -> None:
     missing = " | ".join(out.not_expressible)
     assert "threshold 0.5" in missing and "written as 1" in missing  # whole batches only
     assert "2 local updates" in missing and "log-probs from the rollout" in missing
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 5000), min_size=1, max_size=40), st.integers(1, 3000), st.sampled_from([0.25, 0.5, 1.0]))
+def test_a_steady_call_runs_every_piece_of_one_steps_responses(lengths: list[int], budget: int, tau: float) -> None:
+    """The fast estimate's steady call (Mode.steady_call): with a budget ``β`` it holds
+    ``Σ ⌈L/β⌉`` requests that generate ``Σ L`` new tokens in pieces of at most ``β``, carried ones
+    (``k·β`` generated) first; streaming's ``Δ`` keeps about ``(1 + τ)·n`` requests' work in flight."""
+    from rlperf.sim.interface import RolloutBatch
+
+    target = np.asarray(lengths, np.int64)
+    n = len(target)
+    fresh = RolloutBatch(np.full(n, 7, np.int64), target, np.zeros(n, np.int64), np.arange(n, dtype=np.int64))
+    assert mode_of(ExecutionMode()).steady_call(fresh) is fresh
+    call = mode_of(ExecutionMode(kind="partial_rollout", token_budget=budget)).steady_call(fresh)
+    assert call.num_requests == int(np.sum(-(-target // budget)))
+    new = np.minimum(call.target_tokens - call.generated_tokens, budget)
+    assert int(new.sum()) == int(target.sum()) and np.all(call.generated_tokens % budget == 0)
+    assert np.all(np.diff(call.generated_tokens) <= 0)  # the oldest carried pieces first
+    assert len(np.unique(call.group_ids)) == call.num_requests  # a carried piece is another step's group
+    streaming = mode_of(ExecutionMode(kind="streaming", staleness_threshold=tau))
+    delta = streaming.steady_budget(fresh)
+    assert delta is not None and delta * (1 + tau) * n >= target.sum() > (delta - 1) * (1 + tau) * n

@@ -1,7 +1,7 @@
 """Execution modes as objects: how rollouts wait for weights, how finished samples reach
 training, what happens to unfinished requests, and how staleness is counted.
 
-A mode answers four questions the simulator, the fast estimate, the explanation and the plan
+A mode answers five questions the simulator, the fast estimate, the explanation and the plan
 space ask (instead of testing ``mode.kind`` strings):
 
 1. **Which weights may a rollout use?** Rollout ``i`` (the batch trained by update ``i``) waits
@@ -21,7 +21,10 @@ space ask (instead of testing ``mode.kind`` strings):
    ahead (drain). Steady-state results exclude both: the simulator runs ``s`` extra
    iterations after the measured window, so the rollout pool is as busy in the last measured
    step as in any other.
-4. **How are stages composed in closed form?** ``T_sync = Σ stages on the critical path``;
+4. **What does one steady rollout call hold?** (:meth:`Mode.steady_call`, the fast
+   estimate's rollout): the step's requests, and for modes that carry requests over, the
+   pieces carried from earlier calls; and which policy lag its simulation is expected to show.
+5. **How are stages composed in closed form?** ``T_sync = Σ stages on the critical path``;
    a pipelined loop on split pools runs at ``max(rollout side, training side, T_sync/(s+1))``
    (the work-depth bound of a loop with ``s + 1`` iterations in flight).
 
@@ -35,6 +38,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
+import numpy as np
+
+from rlperf.sim.interface import RolloutBatch
 from rlperf.specs.plan import ExecutionMode
 
 
@@ -162,6 +168,44 @@ class Mode:
     def stop_after_finished(self, batch_responses: int) -> int | None:
         """A rollout call stops once this many responses have finished (None: when all have)."""
         return None
+
+    def steady_budget(self, fresh: RolloutBatch) -> int | None:
+        """New tokens per request of one steady-state rollout call (None: every request runs to
+        its end in the call that admits it)."""
+        return self.token_budget
+
+    def steady_call(self, fresh: RolloutBatch) -> RolloutBatch:
+        """The requests of one rollout call in steady state, given one step's fresh requests
+        (what the fast estimate simulates, with :meth:`steady_budget` ``β``).
+
+        With a budget, the call holds, next to the step's fresh requests, the ones carried from
+        the ``k`` calls before (``k = 1 .. ⌈L/β⌉ - 1`` for a response of ``L`` tokens) with
+        ``k·β`` tokens generated (their KV re-prefilled): with steps drawn from one
+        distribution, a steady call runs every ``β``-piece of one step's responses, ``Σ L`` new
+        tokens as a synchronous call does, in more and shorter requests. The fresh requests
+        alone would leave out the ``Σ max(0, L - β)`` tokens the carried ones generate."""
+        budget = self.steady_budget(fresh)
+        if budget is None:
+            return fresh
+        pieces = np.maximum(1, -(-fresh.target_tokens // budget))
+        calls = [fresh]
+        offset = int(fresh.group_ids.max(initial=-1)) + 1
+        for k in range(1, int(pieces.max(initial=1))):
+            keep = pieces > k
+            calls.append(RolloutBatch(fresh.prompt_tokens[keep], fresh.target_tokens[keep],
+                                      np.full(int(keep.sum()), k * budget, np.int64),
+                                      fresh.group_ids[keep] + k * offset))
+        calls.reverse()  # the simulator admits carried requests first, the oldest first
+        return RolloutBatch(*(np.concatenate([getattr(c, f) for c in calls])
+                              for f in ("prompt_tokens", "target_tokens", "generated_tokens", "group_ids")))
+
+    def expected_staleness(self, fresh: RolloutBatch, shared_engine: bool) -> int:
+        """The largest policy lag the simulator is expected to give a trained response of
+        ``fresh``'s lengths (the search refuses a plan above the user's limit before simulating
+        it): the bound, where the mode has one."""
+        bound = self.staleness_bound(int(fresh.target_tokens.max(initial=1)))
+        s = self.effective_staleness(shared_engine)
+        return s if bound is None or shared_engine else bound
 
     def prompts_ahead(self, prompts_per_step: int) -> int:
         """Prompts the first rollout call admits beyond the step's batch, kept in flight from
@@ -341,6 +385,33 @@ class Streaming(Mode):
     def prompts_ahead(self, prompts_per_step: int) -> int:
         # verl: the rollouter may produce (1 + τ) batches per parameter version.
         return round(self.spec.staleness_threshold * prompts_per_step)
+
+    def steady_budget(self, fresh: RolloutBatch) -> int | None:
+        """A steady call keeps ``(1 + τ)·n`` requests in flight (``n`` = B·G: the first call
+        admits ``τ·B`` prompts more, then each step admits ``n`` and stops after ``n`` finish)
+        and generates the step's ``Σ L`` tokens; every request in flight advances by one token
+        per decode step, so each advances by ``Δ = Σ L / ((1 + τ)·n)`` tokens per step, and a
+        response of ``L`` tokens is in flight for about ``L/Δ`` steps. The call is then the
+        partial-rollout call of budget ``Δ`` (:meth:`Mode.steady_call`: ``Σ L`` tokens in
+        ``Δ``-pieces, the carried ones re-prefilled), whose tail the engine, kept full by the
+        requests in flight, does not have (:meth:`compose_step` hides it)."""
+        n = fresh.num_requests
+        if n == 0 or self.spec.staleness_threshold <= 0:
+            return None
+        return max(1, math.ceil(float(np.sum(fresh.target_tokens)) / ((1.0 + self.spec.staleness_threshold) * n)))
+
+    def expected_staleness(self, fresh: RolloutBatch, shared_engine: bool) -> int:
+        """The longest response is trained about ``⌈L_max/Δ⌉ - 1`` steps after the call that
+        admitted it (:meth:`steady_budget`), which used weights ``bound_staleness`` versions
+        old. Against the simulator's largest lag on the first ten random scenarios of
+        tests/test_planner_bound.py: from 1 below to 3 above it, and far below under dynamic
+        sampling (4 against 18-19); a prediction, not a bound, so the search only defers the
+        plans it puts over the limit (rlperf.plan.search)."""
+        s = self.bound_staleness(shared_engine)
+        budget = None if shared_engine else self.steady_budget(fresh)
+        if budget is None:
+            return s
+        return s + math.ceil(int(fresh.target_tokens.max(initial=1)) / budget) - 1
 
     @property
     def settings(self) -> AsyncSettings:

@@ -12,7 +12,9 @@ uses, and a candidate's step time is composed in closed form:
   tail's length;
 - asynchronous with staleness ``s`` on split pools: ``max(generate + sync, training-pool work,
   iteration / (s + 1))`` (the work-depth bound of a pipelined loop);
-- partial rollout: the rollout is capped at the token budget per response.
+- partial rollout and streaming: the rollout is the mode's steady call (rlperf.modes.Mode.steady_call):
+  the step's fresh requests and the pieces carried from earlier calls, each capped at the
+  call's token budget (streaming: the budget that keeps ``(1 + τ)·B·G`` requests in flight).
 
 A rollout on many replicas is simulated on a few of them (the most loaded, and a spread of
 the rest for its tail: rlperf.plan.rollout_sample): the estimate's cost per candidate does not
@@ -50,7 +52,7 @@ class Estimate:
     step_time_s: float
     num_gpus: int
     cost_usd_per_step: float | None
-    staleness: int
+    staleness: int  # the largest policy lag the simulator is expected to give (Mode.expected_staleness)
     generate_s: float
     forward_s: float
     train_s: float
@@ -108,7 +110,8 @@ class Estimator:
 
     def rollout(self, plan: Plan, gpus: int, budget: int | None, greedy: bool = False) -> tuple[float, float]:
         costs = self._costs(plan)
-        batch = self.greedy if greedy else self.batch
+        # ReMax's greedy baseline is never budgeted; the step's batch is the mode's steady call.
+        batch = self.greedy if greedy else self._steady_batch(plan, budget)
 
         def run() -> tuple[float, float]:
             # A few replicas stand for all (rlperf.plan.rollout_sample); all of them when few.
@@ -120,6 +123,14 @@ class Estimator:
             return o.cost.time_s, o.tail_s
 
         return self._cached(("gen", plan.rollout, gpus, budget, greedy), run)  # type: ignore[no-any-return]
+
+    def _steady_batch(self, plan: Plan, budget: int | None) -> RolloutBatch:
+        """The mode's steady-state rollout call (carried requests included), one per budget."""
+        key = ("steady", budget)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = mode_of(plan.mode).steady_call(self.batch)
+        return got  # type: ignore[return-value]
 
     def stage(self, plan: Plan, kind: str, role: str, gpus: int) -> StageCost:
         costs = self._costs(plan)
@@ -146,6 +157,13 @@ class Estimator:
         return self._cached(("switch", plan.layouts["actor"], gpus, to),  # type: ignore[no-any-return]
                             lambda: costs.phase_switch(gpus, to).time_s)
 
+    def expected_staleness(self, plan: Plan) -> int:
+        """The largest policy lag the simulator is expected to give ``plan``'s trained responses
+        (rlperf.modes.Mode.expected_staleness); needs no stage cost."""
+        _, assign = pool_sizes(plan, self.sc.cluster.num_gpus)
+        shared = assign["generate"] == assign["actor"] and plan.offload_between_phases
+        return mode_of(plan.mode).expected_staleness(self.batch, shared)
+
     def estimate(self, cand: Candidate) -> Estimate:
         """Closed-form step time of ``cand``; raises SpecError (with the reason) if infeasible."""
         sc = self.sc
@@ -155,7 +173,7 @@ class Estimator:
         gen_pool = assign["generate"]
         g_gen = size[gen_pool]
         mode = mode_of(plan.mode)
-        budget = mode.token_budget
+        budget = mode.steady_budget(self.batch)
         updates = sc.epochs * sc.minibatches
         stages = sc.algorithm.active_stages(updates)
         gen_s, tail_s = self.rollout(plan, g_gen, budget)
@@ -190,8 +208,7 @@ class Estimator:
             fwd_s = max(max(fwd_by_pool.values(), default=0.0), cpu_s)
         train_s = max(train_by_pool.values(), default=0.0)
         iteration = sync_s + switch_s + gen_s + fwd_s + train_s
-        shared = same and plan.offload_between_phases
-        s = mode.effective_staleness(shared)
+        s = mode.expected_staleness(self.batch, same and plan.offload_between_phases)
         train_side = sync_s + sum(v for k, v in fwd_by_pool.items() if k != gen_pool) + train_s
         gen_side = gen_s + sync_s + fwd_by_pool.get(gen_pool, 0.0)
         step = mode.compose_step(StepParts(iteration, gen_side, train_side, same, tail_s, sync_s))

@@ -283,6 +283,7 @@ def search(
     subs: dict[int, Scenario] = {}
     ests: dict[int, Estimator] = {}
     considered = 0
+    deferred: list[_Node] = []
     for g in sizes:
         sub = subs[g] = resized(sc, g)
         est = ests[g] = Estimator(sub)
@@ -303,7 +304,11 @@ def search(
             except SpecError as err:
                 rejected.append(Rejected(f"{g} GPUs | {c.label}", str(err)))
                 continue
-            nodes.append(_Node(g, c, b, _bound_objective(opts, b, g, price)))
+            node = _Node(g, c, b, _bound_objective(opts, b, g, price))
+            # Responses expected to lag more versions than allowed (a streaming call's long
+            # responses span several calls): its simulation would most likely refuse it, so it
+            # waits until every other plan is simulated or pruned (the prediction is no proof).
+            (deferred if est.expected_staleness(c.plan) > opts.max_staleness else nodes).append(node)
         if progress:
             progress(f"{considered} candidates, {len(nodes)} bounded ({g} GPUs done of {', '.join(map(str, sizes))})", 0, 1)
     t_bounded = time.perf_counter()
@@ -358,6 +363,10 @@ def search(
         live = keep
         # top_k simulations per GPU count that can still win: recounted after every pruning
         # (a GPU count whose plans the bound has all pruned no longer earns simulations).
+        if not live and deferred:  # everything else is simulated or pruned
+            live = sorted(deferred, key=lambda n: (n.bound_obj, n.gpus, n.cand.label))
+            deferred = []
+            continue
         budget = opts.top_k * len({n.gpus for n in live}) if live else budget
         if not live or searched >= budget:
             break
@@ -372,11 +381,13 @@ def search(
                 continue
             estimated.add(id(n))
             try:
-                n.estimate = ests[n.gpus].estimate(n.cand)
-                n.est_obj = obj(PlanEvaluation(n.cand.label, n.cand.plan, n.gpus, n.estimate, None, "search"))
-                best_est = min(best_est, n.est_obj)
+                e = ests[n.gpus].estimate(n.cand)
             except SpecError as err:
                 rejected.append(Rejected(f"{n.gpus} GPUs | {n.cand.label}", str(err)))
+                continue
+            n.estimate = e
+            n.est_obj = obj(PlanEvaluation(n.cand.label, n.cand.plan, n.gpus, e, None, "search"))
+            best_est = min(best_est, n.est_obj)
         live = [n for n in live if n.estimate is not None or id(n) not in estimated]
         live.sort(key=lambda n: (n.est_obj, n.bound_obj, n.gpus, n.cand.label))
         ready = [n for n in live if n.estimate is not None]
@@ -415,9 +426,13 @@ def search(
     if unproven:
         pruned.append(Pruned(f"not simulated: simulation budget of {budget} plans spent (best remaining bound "
                              f"{best_left / obj(best_eval):.2f}x the best plan)", unproven))
+    if deferred:
+        pruned.append(Pruned(f"not simulated: expected staleness above the limit {opts.max_staleness} "
+                             "(rlperf.modes.Mode.expected_staleness), simulation budget spent first", len(deferred)))
     notes = [
         f"branch and bound: {len(nodes)} plans bounded in {t_bounded - t0:.1f} s, {n_est} estimated, {sims} simulated, "
         f"{sum(p.count for p in pruned[: len(pruned_terms)])} pruned by bound"
+        + (f", {len(deferred)} expected above the staleness limit not simulated" if deferred else "")
         + (f", {unproven} left unproven" if unproven else ", best proven within the tolerance"),
         f"wall: {t_end - t0:.1f} s; fast estimate {comp} stage-cost evaluations (memoized)",
     ]

@@ -14,7 +14,11 @@ Forward (per device of stage ``s``, ``t = tokens / cp`` tokens of the micro-batc
 - attention, as ``TrainLayout.attention_kernel`` says:
   flash: ``2 h (d_qk + d_v)`` FLOPs per causal (query, key) pair and layer, heads split by
   tp, pairs by cp (ring attention with the zig-zag split that balances the causal mask);
-  FlashAttention IO; profile attention efficiency; backward twice the forward.
+  FlashAttention IO; profile attention efficiency; the backward recomputes the scores in every
+  tile (Dao et al. 2022, FlashAttention §3.1) and runs ``2 h (3 d_qk + 2 d_v)`` FLOPs per pair
+  (QK^T again, dV, dP, dQ, dK: 2.5x the forward at ``d_qk = d_v``, as flash-attn's own
+  ``benchmark_flash_attention.py`` counts it) at the same efficiency; its FLOPs are reported as
+  the model's (twice the forward: no recomputation, as FlopCounterMode counts them).
   unfused (Megatron's core attention): ``S = layers x h / tp x sum L^2`` score elements (the full
   padded square, ``L^2 = 2 pairs - L``), each kernel at its own roofline
   ``max(flops / matmul FLOP/s, bytes / HBM bytes/s)``: forward QK^T (``2 d_qk`` FLOPs, 2 bytes
@@ -22,7 +26,9 @@ Forward (per device of stage ``s``, ``t = tokens / cp`` tokens of the micro-batc
   backward dP, dV (``2 d_v`` each, 2 + 2), dropout (5), softmax (6), dQ, dK (``2 d_qk`` each,
   2 + 2): 13 bytes per score forward, 19 backward; plus q, k, v, o once per pass;
 - memory-bound elementwise kernels: the layers' norms, residual adds, rotary and activation
-  (:mod:`rlperf.stages.shard`) and, on the last stage, the log-softmax over the logits (cast
+  (:mod:`rlperf.stages.shard`; bytes per element as the backend runs them,
+  :mod:`rlperf.stages.elementwise`: Megatron's fused kernels, Hugging Face's eager ops under
+  FSDP) and, on the last stage, the log-softmax over the logits (cast
   to fp32 once, as :mod:`rlperf.cost.memory` keeps them, then read twice: max, log-sum-exp);
 - one kernel launch per kernel of the stage (roofline's additive launch term);
 - the training backend's host time (``HardwareProfile.train_layer_overhead_s``, per layer
@@ -59,8 +65,10 @@ outermost, as Megatron-Core orders its process groups):
 - PP: one send of the ``t x hidden`` boundary activations per micro-batch and model chunk
   (``/ tp`` with sequence parallelism); backward sends the gradient back.
 - ZeRO-3 / FSDP: all-gather the stage's weights (compute dtype) once per forward and once per
-  backward of every micro-batch; reduce-scatter its gradients (``grad_dtype``) after every
-  backward (FSDP without ``no_sync``, as verl's actor does). CPU-offloaded weights (ZeRO-Offload /
+  backward of every micro-batch, unit by unit (each layer, and the root unit), one collective of
+  the unit's size each (its own latency; the stage's weights split evenly over its units);
+  reduce-scatter its gradients (``grad_dtype``) after every backward the same way (FSDP without
+  ``no_sync``, as verl's actor does). CPU-offloaded weights (ZeRO-Offload /
   FSDP ``CPUOffload``) cross PCIe on every pass the same way. Gathers are prefetched one unit
   (layer) ahead: the first unit's gather is exposed, the rest only where it outlasts the pass's
   compute; the gradient reduce-scatter overlaps the backward the same way when
@@ -94,6 +102,7 @@ from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import TrainLayout
+from rlperf.stages.elementwise import kernels_for
 from rlperf.stages.microbatch import MicroBatches
 from rlperf.stages.shard import Head, StageShard, stage_shards
 from rlperf.stages.softmax import FALLBACK_BYTES, FALLBACK_EXTRA_KERNELS, FUSED_BYTES, fused_softmax_available
@@ -257,7 +266,8 @@ class LayoutCosts:
                 "layout", f"needs {layout.world_size} GPUs (dp*tp*pp*cp), the cluster has {cluster.num_gpus}"
             )
         self.model, self.cluster, self.layout = model, cluster, layout
-        self.shards = stage_shards(model, layout.tp, layout.pp, layout.ep, head, layout.sequence_parallel, layout.expert_tp)
+        self.shards = stage_shards(model, layout.tp, layout.pp, layout.ep, head, layout.sequence_parallel, layout.expert_tp,
+                                   kernels_for(layout.backend))
         tp, cp, dp, ep = layout.tp, layout.cp, layout.dp, layout.ep
         self.tp_group = group_for(cluster, tp)
         self.cp_group = group_for(cluster, cp, tp)
@@ -268,6 +278,9 @@ class LayoutCosts:
         self.cp_same_node = self.cp_group.num_nodes == 1
         per_pair = 2.0 * model.num_heads * (model.q_head_dim + model.v_head_dim) / tp
         self._attn_flops_per_pair_layer = per_pair
+        # FlashAttention's backward recomputes the scores (QK^T) in every tile, then dV, dP, dQ, dK:
+        # 3 GEMMs over d_qk and 2 over d_v (forward: 1 and 1), 2.5x the forward at d_qk = d_v
+        self._flash_backward_flops_per_pair_layer = 2.0 * model.num_heads * (3 * model.q_head_dim + 2 * model.v_head_dim) / tp
         self._comm_cache: dict[tuple[int, bytes], CommUnits] = {}
         self._dp_comm: dict[tuple[int, str], tuple[float, float]] = {}
         self._matmul = ceilings(cluster, layout.compute_dtype, "matmul")  # fp8 training: FP8 GEMMs
@@ -403,7 +416,7 @@ class LayoutCosts:
         """Memory-bound kernels: the layers' norms, residual adds, rotary and activation
         (``layer_factor`` x their forward traffic) and ``logit_passes`` over the fp32 logits."""
         logits = t * shard.vocab_per_device
-        num_bytes = logit_passes * logits * _FP32 + layer_factor * shard.elementwise_io_per_token * t * _C
+        num_bytes = logit_passes * logits * _FP32 + layer_factor * shard.elementwise_bytes_per_token * t
         return _roof(LOGIT_FLOPS * logits, num_bytes, self._elementwise_roof)
 
     def _attention(self, shard: StageShard, mb: MicroBatchShapes, backward: bool) -> Roof:
@@ -412,8 +425,14 @@ class LayoutCosts:
         t = self._tokens(mb)
         if self.layout.attention_kernel == "flash":
             flops = shard.num_layers * self._attn_flops_per_pair_layer * mb.pairs / self.layout.cp
-            passes = 2 if backward else 1
-            return _roof(passes * flops, passes * shard.attention_io_per_token * t * _C, self._attention_roof)
+            passes = 2 if backward else 1  # backward: reads q, k, v, o, dO, writes dq, dk, dv
+            num_bytes = passes * shard.attention_io_per_token * t * _C
+            if not backward:
+                return _roof(flops, num_bytes, self._attention_roof)
+            # the model's FLOPs (2x the forward, as FlopCounterMode counts them); the time also
+            # runs the scores' recomputation
+            run = shard.num_layers * self._flash_backward_flops_per_pair_layer * mb.pairs / self.layout.cp
+            return Roof(2 * flops, num_bytes, _roof(run, num_bytes, self._attention_roof).time_s)
         # score elements: every (query, key) of the padded square, per head on this device and layer
         scores = shard.num_layers * self.model.num_heads / self.layout.tp * (2 * mb.pairs - mb.tokens) / self.layout.cp
         flops_per, bytes_per_score = self._unfused[backward]
@@ -544,9 +563,12 @@ class LayoutCosts:
         g = bytes_per(lay.grad_dtype)
         t = sent = 0.0
         ops: list[CollectiveCost] = []
+        # ZeRO-3 / FSDP gathers and reduce-scatters unit by unit (a layer, or the root with the
+        # embedding and head): one collective per unit at its own size, each paying its latency
+        units = shard.num_layers + 1 if lay.zero_stage >= 3 else 1
         if kind == "weight_gather":
             if lay.zero_stage >= 3:
-                ops = self._gathers(shard, all_gather, _C)
+                ops = self._gathers(shard, all_gather, _C, units)
             if lay.offload_params:
                 on_device = self.resident_params(shard) if lay.zero_stage >= 3 else shard.params
                 t += on_device * bytes_per(lay.param_dtype) / pcie
@@ -556,7 +578,8 @@ class LayoutCosts:
             fn = reduce_scatter if kind == "reduce_scatter" else all_reduce
             ops = [fn(self.cluster, self._adapters[shard.stage] * g, self.shard_group)]
         else:
-            ops = self._gathers(shard, reduce_scatter if kind == "reduce_scatter" else all_reduce, g)
+            ops = self._gathers(shard, reduce_scatter if kind == "reduce_scatter" else all_reduce, g,
+                                units if kind == "reduce_scatter" else 1)
             if lay.offload_params or lay.offload_optimizer:
                 t += self.resident_params(shard) * g / pcie
         t += sum(c.time_s for c in ops)
@@ -564,11 +587,13 @@ class LayoutCosts:
         self._dp_comm[key] = (t, sent)
         return t, sent
 
-    def _gathers(self, shard: StageShard, fn: Collective, elem_bytes: float) -> list[CollectiveCost]:
+    def _gathers(self, shard: StageShard, fn: Collective, elem_bytes: float, units: int = 1) -> list[CollectiveCost]:
+        """``fn`` over the stage's dense and expert weights, each in ``units`` equal messages."""
         groups: list[tuple[float, CommGroup]] = [(shard.dense_params, self.shard_group)]
         if shard.expert_params:
             groups.append((shard.expert_params, self.expert_shard_group))
-        return [fn(self.cluster, params * elem_bytes, group) for params, group in groups]
+        return [fn(self.cluster, params * elem_bytes / units, group) for params, group in groups for _ in range(units)]
+
 
 def _roof(flops: np.ndarray, num_bytes: np.ndarray, ceiling: tuple[float, float]) -> Roof:
     """:func:`rlperf.cost.roofline.op_time` of one kernel per micro-batch, without launch:

@@ -12,16 +12,16 @@ the per-token work of a forward pass on one device of each stage:
   token for a ``k x n`` weight; the tp-split side is divided by tp, the ``hidden_size`` side is
   not (a column-parallel matmul reads the whole token, a row-parallel one writes it).
   Flash attention reads q, k, v and writes o once per token.
-- **elementwise traffic** (memory bound, unfused eager kernels): the layer's norms (two in a
-  pre-norm block, one in Phi's parallel block, four in Gemma 2's sandwich; read and write ``d``
-  each), two residual adds (read ``2d``, write ``d``), rotary embedding on q and k (read and
-  write the rotated part; none with learned positions), QK-norm where present (read and write q
-  and k), the activation: a gated MLP reads gate and up and writes their product (``3 w``), a
-  plain one reads and writes ``w`` (``2 w``). Under sequence parallelism the ``d``-wide ones
-  run on ``1/tp`` of the tokens.
-- **kernels** of a forward through the stage, for the launch term (an unfused Hugging Face /
-  FSDP layer: its norms, rotary, attention core, activation, two residual adds, plus one kernel
-  per weight matmul; an MoE block adds top-k, permute and unpermute around grouped GEMMs).
+- **elementwise traffic** (memory bound): the layer's norms (two in a pre-norm block, one in
+  Phi's parallel block, four in Gemma 2's sandwich; over ``d`` each), two residual adds (over
+  ``d``), rotary embedding on q and k (the rotated part; none with learned positions), QK-norm
+  where present (q and k), the activation (gated: gate and up in, their product out; plain: one
+  width), each at the bytes per element of the backend's kernel set
+  (:mod:`rlperf.stages.elementwise`: fused, or Hugging Face's eager ops). Under sequence
+  parallelism the ``d``-wide ones run on ``1/tp`` of the tokens.
+- **kernels** of a forward through the stage, for the launch term (a layer's norms, rotary,
+  attention core, activation and two residual adds as the kernel set counts them, plus one
+  kernel per weight matmul; an MoE block adds top-k, permute and unpermute around grouped GEMMs).
 - **GEMM shapes**, for the GEMM rate's size dependence (:func:`rlperf.cost.roofline.
   matmul_size_factor`): each weight matmul as (weight elements ``k x n`` on this device, rows per
   token of the micro-batch, count per forward). Rows are the micro-batch's tokens on the device,
@@ -38,6 +38,7 @@ from typing import Literal
 
 from rlperf.cost.memory_params import kv_heads_per_device, stage_params
 from rlperf.specs.model import ModelSpec
+from rlperf.stages.elementwise import FUSED, ElementwiseKernels
 
 Head = Literal["logprobs", "value"]  # LM head + log-softmax over the vocab, or a scalar value head
 
@@ -57,7 +58,7 @@ class StageShard:
     matmul_params_per_token: float  # weights multiplying each token on this device
     matmul_io_per_token: float  # activation elements in + out of those matmuls
     attention_io_per_token: float  # q, k, v, o elements per token, all layers of the stage
-    elementwise_io_per_token: float  # norms, residual adds, rotary, activation: all layers
+    elementwise_bytes_per_token: float  # norms, residual adds, rotary, activation: all layers
     ring_kv_per_token: float  # k and v elements per token and layer (what ring attention passes)
     vocab_per_device: float  # logits per token on this device (0 without an LM head here)
     kernels: int  # kernels of one forward through the stage
@@ -69,11 +70,6 @@ class StageShard:
     @property
     def params(self) -> float:
         return self.dense_params + self.expert_params
-
-
-def non_matmul_kernels_per_layer(model: ModelSpec) -> int:
-    """Norms, rotary (if any), attention core, activation, two residual adds."""
-    return model.norm.per_layer + (1 if model.position.rotary else 0) + 1 + 1 + 2
 
 
 def _attention(model: ModelSpec, tp: int) -> tuple[float, float, float, float]:
@@ -153,23 +149,26 @@ def _mlp_gemms(model: ModelSpec, layer: int, tp: int, ep: int, gemms: Gemms, etp
     _add(gemms, d * moe.shared_intermediate_size / tp, count=mats)
 
 
-def _elementwise(model: ModelSpec, layer: int, tp: int, sequence_parallel: bool) -> float:
-    """Elements read + written per token by one layer's elementwise kernels on one tp rank."""
+def _elementwise(model: ModelSpec, layer: int, tp: int, sequence_parallel: bool, ops: ElementwiseKernels) -> float:
+    """Bytes read + written per token by one layer's elementwise kernels on one tp rank, as
+    ``ops`` runs them (:mod:`rlperf.stages.elementwise`)."""
     d, h = model.hidden_size, model.num_heads / tp
-    wide = (2 * d * model.norm.per_layer + 6 * d) / (tp if sequence_parallel else 1)  # norms, 2 adds
+    norms = model.norm.per_layer * d * ops.norm_bytes(model)
+    wide = (norms + 2 * d * ops.residual_bytes) / (tp if sequence_parallel else 1)  # norms, 2 adds
     if model.mla is not None:
         rope = model.mla.qk_rope_head_dim
-        qk = 2 * (h * rope + rope)  # q's rope part per head, the shared rope key
+        qk = (h * rope + rope) * ops.rotary_bytes  # q's rope part per head, the shared rope key
     else:
         kv = kv_heads_per_device(model, tp)
+        features = (h + kv) * model.head_dim
         rotated = model.position.rotary_fraction if model.position.rotary else 0.0
-        qk = 2 * (h + kv) * model.head_dim * (rotated + (1 if model.qk_norm else 0))
+        qk = features * (rotated * ops.rotary_bytes + (ops.qk_norm_bytes if model.qk_norm else 0.0))
     moe = model.moe
-    mats = model.mlp.num_matrices  # the activation reads the up-projections, writes one product
     if moe is None or not model.is_moe_layer(layer):
-        act = mats * model.intermediate_size / tp
+        width = model.intermediate_size / tp
     else:
-        act = mats * (moe.experts_per_token * moe.expert_intermediate_size + moe.shared_intermediate_size) / tp
+        width = (moe.experts_per_token * moe.expert_intermediate_size + moe.shared_intermediate_size) / tp
+    act = width * (ops.gated_bytes if model.mlp.gated else ops.plain_bytes)
     return wide + qk + act
 
 
@@ -194,15 +193,16 @@ def _mlp(model: ModelSpec, layer: int, tp: int) -> tuple[float, float, int]:
 
 def stage_shards(
     model: ModelSpec, tp: int, pp: int, ep: int, head: Head = "logprobs", sequence_parallel: bool = True,
-    etp: int | None = None,
+    etp: int | None = None, ops: ElementwiseKernels = FUSED,
 ) -> tuple[StageShard, ...]:
     """Per-device shards of all ``pp`` stages (see the module docstring); routed experts are
-    split over ``ep x etp`` ranks (``etp`` default ``tp``)."""
+    split over ``ep x etp`` ranks (``etp`` default ``tp``); elementwise ops as ``ops`` runs
+    them (default: fused)."""
     etp = tp if etp is None else etp
     attn_params, attn_proj, attn_core, ring_kv = _attention(model, tp)
     attn_kernels = 5 if model.mla is not None else 4
     d, vocab, e = model.hidden_size, model.vocab_size, model.token_embedding_size
-    layer_kernels = non_matmul_kernels_per_layer(model)
+    layer_kernels = ops.layer_kernels(model)
     shards = []
     for st in stage_params(model, tp, pp, ep * etp):
         params = io = elementwise = 0.0
@@ -214,7 +214,7 @@ def stage_shards(
             mlp_params, mlp_io, mlp_kernels = _mlp(model, layer, tp)
             params += attn_params + mlp_params
             io += attn_proj + mlp_io
-            elementwise += _elementwise(model, layer, tp, sequence_parallel)
+            elementwise += _elementwise(model, layer, tp, sequence_parallel, ops)
             kernels += layer_kernels + attn_kernels + mlp_kernels
         if model.embedding_size is not None:
             # OPT's project_in (first stage) and project_out (last), replicated over tp.
@@ -247,7 +247,7 @@ def stage_shards(
                 matmul_params_per_token=params,
                 matmul_io_per_token=io,
                 attention_io_per_token=n * attn_core,
-                elementwise_io_per_token=elementwise,
+                elementwise_bytes_per_token=elementwise,
                 ring_kv_per_token=ring_kv,
                 vocab_per_device=vocab_here,
                 kernels=kernels,

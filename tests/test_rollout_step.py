@@ -167,6 +167,31 @@ def test_moe_touches_more_experts_as_the_batch_grows() -> None:
     )
 
 
+def test_touched_expert_slices_stream_on_the_grouped_gemm_size_curve() -> None:
+    """A touched expert slice of s bytes costs s + s_half at the decode bandwidth (a rate of
+    s / (s + s_half) of the dense one); the HBM traffic stays s; dense models are unaffected."""
+    moe = load_model("Qwen3-30B-A3B")
+    assert moe.moe is not None
+    half = H100.profile.moe_expert_read_half_bytes
+    assert half is not None and half > 0
+    hbm = H100.accelerator.hbm_bandwidth_bytes_per_s * H100.profile.decode_hbm_efficiency
+    k, layers = moe.moe.experts_per_token, moe.num_moe_layers
+    for tp in (1, 4):
+        step = StepModel.build(moe, H100, EngineLayout(tp=tp))
+        slice_bytes = step.expert_bytes_per_gpu / layers  # one expert, one layer, one GPU
+        want = (step.dense_weight_bytes_per_gpu + k * layers * (slice_bytes + half)) / hbm
+        assert step.weight_read_s(1) == pytest.approx(want, rel=1e-12)
+        assert step.weight_bytes_per_gpu(1) == pytest.approx(step.dense_weight_bytes_per_gpu + k * step.expert_bytes_per_gpu)
+        # the expert part runs at s / (s + s_half) of the dense rate: slower for tp-sharded slices
+        expert_s = step.weight_read_s(1) - step.dense_weight_bytes_per_gpu / hbm
+        assert k * step.expert_bytes_per_gpu / hbm / expert_s == pytest.approx(slice_bytes / (slice_bytes + half))
+    flat = H100.model_copy(update={"profile": H100.profile.model_copy(update={"moe_expert_read_half_bytes": None})})
+    plain = StepModel.build(moe, flat, EngineLayout(tp=4))
+    assert plain.weight_read_s(64) == pytest.approx(plain.weight_bytes_per_gpu(64) / hbm)
+    dense = StepModel.build(QWEN7, H100, EngineLayout(tp=1))
+    assert dense.weight_read_s(64) == dense.dense_weight_bytes_per_gpu / hbm
+
+
 def test_host_overhead_is_added_to_every_step_and_is_not_work() -> None:
     """engine_step_overhead_s + engine_layer_overhead_s x layers is added to each step (after the
     roofline max, like communication): a run of n steps is longer by n x overhead exactly."""
@@ -280,7 +305,7 @@ def test_simulate_prints_the_decode_step_with_moe_and_communication_terms(capsys
     for name in ("gspo-qwen3-30b-a3b", "grpo-deepseek-v3-h20"):
         render_decode_step(load_scenario(name))
         out = capsys.readouterr().out
-        for term in ("MoE experts read", "tp all-reduce", "sampler", "engine host, per sequence", "vllm/issues/10634",
+        for term in ("MoE experts read", "grouped-GEMM size penalty", "tp all-reduce", "sampler", "engine host, per sequence", "vllm/issues/10634",
                      "profiles", "hardware.yaml"):
             assert term in out, (name, term)
     assert "across 4 nodes" in out  # DeepSeek-V3's TP-32 engine spans four 8-GPU nodes

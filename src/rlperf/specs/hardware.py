@@ -82,7 +82,7 @@ SYNC_ONLY_FIELDS: frozenset[str] = frozenset(
 
 ROLLOUT_ONLY_FIELDS: frozenset[str] = frozenset(
     {"decode_hbm_efficiency", "engine_step_overhead_s", "engine_layer_overhead_s", "engine_seq_overhead_s",
-     "moe_routing_imbalance"}
+     "moe_routing_imbalance", "moe_expert_read_half_bytes"}
 )
 """HardwareProfile fields only the rollout engine reads (rlperf.stages.rollout_step): a
 simulation's training and forward stages are the same whatever their values, so the stage
@@ -177,6 +177,10 @@ class HardwareProfile(Spec):
     # the uniform-routing figure (popular experts; stages.rollout_step). None: 1 (no published
     # figure, and no calibration case could identify it).
     moe_routing_imbalance: float | None = Field(default=None, ge=1)
+    # MoE decode: the per-GPU slice of one expert (its gate, up and down matrices in one layer)
+    # at which the engine's grouped GEMM streams it at half its large-slice bandwidth; a slice
+    # of s bytes costs s + this at the decode bandwidth (stages.rollout_step). None: s alone.
+    moe_expert_read_half_bytes: float | None = Field(default=1.44e6, ge=0, le=1e9)
     source: str = ""
     provenance: dict[str, str] = Field(default_factory=dict)  # field -> derivation and source url
 

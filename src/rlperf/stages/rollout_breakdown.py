@@ -13,7 +13,7 @@ count, or "unset" where no figure is published. The terms inside the max are rep
 are; ``bound`` says which side of the max sets the step.
 
     compute = b · 2·(matmul weights) / (tp · peak · matmul_eff) + (C + b) · attention FLOPs per pair / (tp · peak · attention_eff)
-    memory  = (dense weights + experts read · one expert + (C + b) · KV per token) / (HBM · decode_hbm_efficiency)
+    memory  = (dense weights + experts read · (one expert + s_half) + (C + b) · KV per token) / (HBM · decode_hbm_efficiency)
 
 ``rlperf simulate`` prints it for a representative step of the scenario's rollout.
 """
@@ -100,11 +100,22 @@ def decode_step_breakdown(
                  f"ep: busiest of {step.expert_ranks} ranks, mean + sd*sqrt(2 ln r) of Binomial(E/r, q), "
                  f"x moe_routing_imbalance {step.routing_imbalance:g}"
                  + ("" if cluster.profile.moe_routing_imbalance is not None else " (unset: no published figure)"))
+        layers = model.num_moe_layers
+        slice_bytes = step.expert_bytes_per_gpu / layers
+        half = step.expert_extra_bytes_per_gpu / layers
         terms.append(StepTerm(
-            f"MoE experts read ({read:.1f} of {step.num_experts} per layer)",
+            f"MoE experts read ({read:.1f} of {step.num_experts} per layer, {slice_bytes / 1e6:.2f} MB each)",
             read * step.expert_bytes_per_gpu / step.hbm_bytes_per_s, "memory",
             f"distinct experts of {tokens} tokens x top-{step.experts_per_token}: E(1-(1-k/E)^n), uniform routing; {where}; {hbm_src}",
         ))
+        if half:
+            eff = slice_bytes / (slice_bytes + half)
+            terms.append(StepTerm(
+                f"MoE grouped-GEMM size penalty (slices at {eff:.0%} of the dense rate)",
+                read * step.expert_extra_bytes_per_gpu / step.hbm_bytes_per_s, "memory",
+                f"s / (s + s_half), s = {slice_bytes / 1e6:.2f} MB per expert, layer and GPU; "
+                f"{_prov(cluster, 'moe_expert_read_half_bytes')}",
+            ))
     terms.append(StepTerm("KV cache read", (ctx + b) * step.kv_bytes_per_token_per_gpu / step.hbm_bytes_per_s / mb,
                           "memory", hbm_src))
     kernels, ops = kernels_per_step(model, layout.tp), eager_ops_per_step(model, layout.tp)

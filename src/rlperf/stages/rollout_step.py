@@ -16,6 +16,7 @@ micro-batches in flight the token-proportional terms divide by their number, see
     compute = linear FLOPs / (tp · peak · matmul_eff) + attention FLOPs / (tp · peak · attention_eff)
     memory  = (streamed weight bytes + KV bytes read + KV bytes written) per GPU
               / (HBM bandwidth · decode_hbm_efficiency)
+              (a routed expert's slice s costs s + s_half: the grouped GEMM's size curve)
     communication = 2·L all-reduces of the step's activations over the tp group (after the
                     attention and the MLP of every layer, Megatron TP; Shoeybi et al. 2019)
                     + (pp-1) stage hand-offs (one point-to-point send of the activations)
@@ -104,6 +105,16 @@ draws), at most ``E / r``. Routing that is not uniform (popular experts) is the 
 ``moe_routing_imbalance`` factor on that count (default 1: no published figure; it could only be
 fitted on MoE decode cases with published lengths, and the calibration split holds none).
 
+Those expert reads do not stream at the dense rate. The engines' grouped GEMM (vLLM's and
+SGLang's Triton fused-MoE kernel) runs a block of thread blocks per touched expert, and a small
+expert slice (a tp-sharded expert: DeepSeek-V3 at TP 32 holds 2.75 MB of each expert per GPU
+per layer) ends before its blocks reach full bandwidth. Published kernel sweeps give the
+bandwidth per slice size ``s`` (one expert's matrices of one layer on one GPU): 0.87 of the HBM
+peak at 176 MB (Mixtral TP2), 0.54 at 2.36 MB, 0.43 at 1.57 MB, 0.33 at 0.79 MB, i.e. the
+large-slice rate times ``s / (s + s_half)`` with ``s_half = moe_expert_read_half_bytes`` (1.44
+MB; profiles.yaml has the sweeps). A touched slice therefore costs ``s + s_half`` bytes at the
+decode bandwidth (:meth:`StepModel.weight_read_s`); the HBM traffic stays ``s``.
+
 KV bytes per GPU: the KV heads a tp rank holds (:func:`rlperf.cost.memory_params.kv_heads_per_device`,
 the same count the memory model uses: split up to ``num_kv_heads`` ways, replicated beyond;
 MLA's latent is whole on every rank).
@@ -170,6 +181,9 @@ class StepModel:
     floor_s: float  # kernel-launch floor per step
     overhead_s: float  # host-side engine cost per step that does not depend on the batch
     expert_ranks: int = 1  # ranks of a stage holding whole experts (ep / pp); 1: tp-sharded
+    # bytes-equivalent a touched expert costs over all MoE layers on top of its bytes: the
+    # grouped GEMM's half-saturation slice (moe_expert_read_half_bytes) x MoE layers
+    expert_extra_bytes_per_gpu: float = 0.0
     routing_imbalance: float = 1.0  # busiest rank's touched experts over the uniform-routing figure
     vocab_size: int = 0
     sampler_s_per_seq: float = 0.0  # sampler HBM time per sampled sequence
@@ -217,6 +231,7 @@ class StepModel:
             hbm_bytes_per_s=hbm,
             dense_weight_bytes_per_gpu=streamed_dense * wbytes / tp,
             expert_bytes_per_gpu=expert_params * wbytes / (1 if whole_experts else tp),
+            expert_extra_bytes_per_gpu=(prof.moe_expert_read_half_bytes or 0.0) * (model.num_moe_layers if moe else 0),
             kv_bytes_per_token_per_gpu=model.kv_bytes_per_token(layout.kv_dtype) * kv_share,
             num_experts=moe.num_experts if moe is not None else 0,
             experts_per_token=moe.experts_per_token if moe is not None else 0,
@@ -244,6 +259,18 @@ class StepModel:
             sizes, where = np.unique(num_tokens, return_inverse=True)
             return np.array([self.weight_bytes_per_gpu(t) for t in sizes.tolist()])[where]
         return self.dense_weight_bytes_per_gpu + self.experts_read(num_tokens) * self.expert_bytes_per_gpu
+
+    def weight_read_s(self, num_tokens: Count) -> Coef:
+        """Time one GPU streams its weights in a step over ``num_tokens`` tokens: the bytes of
+        :meth:`weight_bytes_per_gpu`, each touched expert slice at the grouped GEMM's
+        size-dependent bandwidth (module docstring: ``s / (s + s_half)`` of the dense rate)."""
+        if self.num_experts == 0:
+            return self.dense_weight_bytes_per_gpu / self.hbm_bytes_per_s
+        if isinstance(num_tokens, np.ndarray):
+            sizes, where = np.unique(num_tokens, return_inverse=True)
+            return np.array([self.weight_read_s(t) for t in sizes.tolist()])[where]
+        per_expert = self.expert_bytes_per_gpu + self.expert_extra_bytes_per_gpu
+        return (self.dense_weight_bytes_per_gpu + self.experts_read(num_tokens) * per_expert) / self.hbm_bytes_per_s
 
     def experts_read(self, num_tokens: int) -> float:
         """Routed experts (per MoE layer) whose weights the busiest GPU reads in a step over
@@ -377,7 +404,7 @@ class StepModel:
         kv_s = self.kv_bytes_per_token_per_gpu / self.hbm_bytes_per_s / mb
         attn_s = self.attention_flops_per_pair / self.attention_flops_per_s / mb
         c0 = b * self.decode_linear_flops_per_token / self.matmul_flops_per_s / mb
-        weights_s = self.weight_bytes_per_gpu(-(-n_tok // mb)) / self.hbm_bytes_per_s
+        weights_s = self.weight_read_s(-(-n_tok // mb))
         extra = self.comm_s(n_tok, mb) + self.sampler_s(b)
         host = self.host_s(b + num_prefill_seqs)
         if self.overlap:  # max(device, host): host is one more flat line, net of the extras

@@ -70,3 +70,27 @@ def test_branch_and_bound_finds_the_exhaustive_best_and_bounds_hold() -> None:
         assert math.isclose(res.best.step_time_s, best, rel_tol=1e-12) or res.best.step_time_s < best, (seed, res.best.label)
         assert res.simulations <= len(every) + 3
     print(f"largest bound / simulated step over 20 scenarios: {worst:.3f}")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_decode_step_floor_is_below_the_simulated_replica_time(seed: int) -> None:
+    """The bound's step-count term (replica-seconds) never exceeds the replicas' busy time of a
+    simulated rollout, here with many requests per slot so that it is the term that binds."""
+    from rlperf.catalog import load_model
+    from rlperf.plan.bound import decode_steps_floor_s
+    from rlperf.specs.hardware_catalog import make_cluster
+    from rlperf.specs.parallel import EngineLayout
+    from rlperf.stages.rollout import RolloutRequests, simulate_rollout
+    from rlperf.stages.rollout_step import StepModel
+
+    rng = np.random.default_rng(seed)
+    model = load_model(str(rng.choice(["Qwen2.5-0.5B", "Qwen2.5-1.5B"])))
+    cluster = make_cluster(str(rng.choice(["H100", "A100"])), num_nodes=1, gpus_per_node=2)
+    lay = EngineLayout(replicas=2, max_num_seqs=int(rng.choice([4, 16, 64])), overlap_scheduling=bool(seed % 2))
+    n = 400
+    prompt, resp = np.repeat(rng.integers(16, 400, n // 4), 4), rng.integers(1, 1500, n)
+    res = simulate_rollout(model, cluster, lay, RolloutRequests.build(prompt, resp, np.arange(n) // 4))
+    one = cluster.with_gpus(lay.tp * lay.pp)
+    floor = decode_steps_floor_s(StepModel.build(model, one, lay.model_copy(update={"replicas": 1})), resp, lay.max_num_seqs)
+    busy = float(np.sum(res.replica_busy_s))
+    assert 0.3 * busy < floor <= busy

@@ -5,11 +5,19 @@ planner needs the bound *before* it simulates anything, so every term here is a 
 from the model, the hardware peaks and the sampled lengths, never from a simulation:
 
 - rollout on ``g`` GPUs (``r = g / tp`` tensor-parallel groups): ``max(F_gen / (r · R_mm),
-  Σ ctx · kv / (g · B_hbm), D_gen)`` with ``F_gen = linear FLOPs per token · tokens`` (prefill
-  and decode), ``R_mm`` the engine's matmul rate per replica, ``Σ ctx`` the KV read by every
-  decode step of every request (``p·L + L²/2``), ``B_hbm`` the decode bandwidth per GPU, and
-  ``D_gen`` the time of the longest request alone on a replica (capped at the token budget for
-  partial rollouts). Dynamic sampling multiplies the work by its rounds;
+  Σ ctx · kv / (g · B_hbm), Σ (L - 1) / M · t_1 / (g / (tp·pp)), D_gen)`` with ``F_gen =
+  linear FLOPs per token · tokens`` (prefill and decode), ``R_mm`` the engine's matmul rate per
+  replica, ``Σ ctx`` the KV read by every decode step of every request (``p·L + L²/2``),
+  ``B_hbm`` the decode bandwidth per GPU, and ``D_gen`` the time of the longest request alone on
+  a replica (capped at the token budget for partial rollouts). The third term counts engine
+  steps: a request's tokens after its first (which the prefill samples) take one step each, a
+  step decodes at most ``M = max_num_seqs`` sequences, and a step that decodes costs at least
+  ``t_1``, the step of one sequence at no context (its weights streamed, its host and sampler
+  time: every term of :mod:`rlperf.stages.rollout_step` grows with the batch and the context),
+  so the replicas together run at least ``Σ (L - 1) / M`` steps of ``t_1`` (``L`` capped at the
+  token budget of a partial rollout's call). Decode is memory bound and runs far from the FLOP
+  term; this one sees a pool too small for the batch. Dynamic sampling multiplies the work by
+  its rounds;
 - a forward pass or a training update of a role on ``g`` GPUs: ``2·N·T`` (forward) or
   ``6·N·T·e`` (update) FLOPs at the accelerator's dense peak, ``N`` active parameters, ``T``
   trained tokens, ``e`` epochs;
@@ -41,6 +49,13 @@ from rlperf.stages.rollout import solo_times_s
 from rlperf.stages.rollout_step import StepModel
 
 
+def decode_steps_floor_s(step: StepModel, response_tokens: np.ndarray, max_num_seqs: int) -> float:
+    """Replica-seconds of engine steps that decoding ``response_tokens`` needs at the least (the
+    step-count term of the module docstring): ``Σ (L - 1) / M`` steps of ``t_1``."""
+    decode_steps = float(np.sum(np.maximum(response_tokens - 1, 0))) / max_num_seqs
+    return decode_steps * step.run(1, 0, 0, 0.0).step_s(0)
+
+
 @dataclass(frozen=True)
 class PlanBound:
     step_s: float  # lower bound on the simulated time per step
@@ -57,7 +72,7 @@ class Bounder:
         gen_prompts = self.est.batch.num_requests // wl.group_size
         self._wl = wl if gen_prompts == wl.prompts_per_step else wl.model_copy(update={"prompts_per_step": gen_prompts})
         self._samples: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
-        self._gen: dict[tuple[EngineLayout, int | None, int], tuple[float, float, float]] = {}
+        self._gen: dict[tuple[EngineLayout, int | None, int], tuple[float, float]] = {}
         self._train: dict[tuple[str, int], tuple[float, float]] = {}
 
     def _sample(self, it: int) -> tuple[np.ndarray, np.ndarray, float]:
@@ -74,8 +89,9 @@ class Bounder:
             self._samples[it] = got
         return got
 
-    def _rollout_terms(self, engine: EngineLayout, budget: int | None, it: int) -> tuple[float, float, float]:
-        """(matmul device-seconds, KV-read device-seconds, depth) of iteration ``it``'s rollout."""
+    def _rollout_terms(self, engine: EngineLayout, budget: int | None, it: int) -> tuple[float, float]:
+        """(work device-seconds: the largest of the matmul, KV-read and step-count terms;
+        depth) of iteration ``it``'s rollout."""
         key = (engine, budget, it)
         got = self._gen.get(key)
         if got is None:
@@ -90,10 +106,11 @@ class Bounder:
             p, r = prompt.astype(np.float64), target.astype(np.float64)
             ctx_reads = float(np.sum(p * r + 0.5 * r * r))
             kv = ctx_reads * step.kv_bytes_per_token_per_gpu * engine.tp / step.hbm_bytes_per_s
+            steps = decode_steps_floor_s(step, resp, engine.max_num_seqs) * engine.tp * engine.pp
             i = int(np.argmax(resp))
             pre, dec = solo_times_s(step, prompt[i : i + 1], np.maximum(resp[i : i + 1] - 1, 0),
                                     engine.max_num_batched_tokens)
-            got = (mm * self.est.rounds, kv * self.est.rounds, float(pre[0] + dec[0]))
+            got = (max(mm, kv, steps) * self.est.rounds, float(pre[0] + dec[0]))
             self._gen[key] = got
         return got
 
@@ -130,7 +147,7 @@ class Bounder:
         size, assign = pool_sizes(plan, total)
         gen_pool = assign["generate"]
         mode = mode_of(plan.mode)
-        mm, kv, depth = self._rollout_terms(plan.rollout, mode.token_budget, it)
+        gen_work, depth = self._rollout_terms(plan.rollout, mode.token_budget, it)
         # A pipelined loop overlaps up to s + 1 iterations: only depth / (s + 1) is sure per step.
         # Partial rollouts carry requests over: counted as pipelined with at least s = 1.
         s = mode.effective_staleness(assign["actor"] == gen_pool and plan.offload_between_phases)
@@ -138,7 +155,6 @@ class Bounder:
         depth /= max(s, 1) + 1 if pipelined else 1
         fused = mode.fusion is not None and mode.allows_fusion and self.est.gen_rounds.allows_fusion
         g_gen = size[gen_pool]
-        gen_work = max(mm, kv)
         gen_s = max(gen_work / g_gen, depth)
         gen_term = "rollout depth" if depth >= gen_work / g_gen else "rollout work"
         fwd: dict[str, float] = {}

@@ -170,10 +170,12 @@ def _dispatcher(requests: RolloutRequests, opts: RolloutOptions, replicas: list[
     """Return ``choose(i) -> replica`` for request ``i``; groups stay on one replica."""
     groups = requests.group_id
     if opts.dispatch == "round_robin":
-        _, first = np.unique(groups, return_index=True)
-        rank = {int(groups[j]): k for k, j in enumerate(np.sort(first))}
-        num = len(replicas)
-        return lambda i: replicas[rank[int(groups[i])] % num]
+        # Groups ranked by first appearance; request i goes to its group's rank mod replicas.
+        _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
+        rank = np.empty(len(first), np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+        slot: list[int] = (rank[inverse.reshape(-1)] % len(replicas)).tolist()
+        return lambda i: replicas[slot[i]]
     home: dict[int, R] = {}
 
     def least_loaded(i: int) -> R:
@@ -205,6 +207,8 @@ def _drive(
     version = [0] * len(replicas)
     heap: list[tuple[float, int, int]] = []
     ptr, n = 0, len(order)
+    arrived: list[int] = []  # requests dispatched, and the replica of each (replica_of at the end)
+    went_to: list[int] = []
 
     def replan(r: Replica) -> None:
         r.events()
@@ -234,7 +238,8 @@ def _drive(
                 i = order[ptr]
                 r = choose(i)
                 r.waiting.append(i)
-                replica_of[i] = r.index
+                arrived.append(i)
+                went_to.append(r.index)
                 touched[r.index] = r
                 ptr += 1
             for r in touched.values():
@@ -251,6 +256,7 @@ def _drive(
             replan(r)
             if want is not None and book.num_finished >= want:
                 t_stop = min(t_stop, r.t)
+    replica_of[arrived] = went_to
     stopped = t_stop < math.inf and (ptr < n or any(r.plan is not None for r in replicas))
     if stopped:
         for r in replicas:

@@ -185,16 +185,28 @@ class Replica:
     def _join_wave(self) -> None:
         bk, S, wave = self.book, self.S, self.wave
         generated, heap, order = bk.generated, self.heap, self.next_order
+        status, join_step, order_of, prompt, target = bk.status, bk.join_step, bk.order, bk.prompt, bk.target
         ctx = 0
+        # Keys (finish step, join order, request) are distinct, so the heap pops the same
+        # sequence whether the wave is pushed one by one or added and heapified (O(n), for the
+        # first wave of hundreds of requests).
+        joined = []
         for i in wave:
-            generated[i] += 1  # the last prefill step samples the first token
-            bk.status[i] = DECODING
-            bk.join_step[i] = S
-            bk.order[i] = order
-            ctx += bk.prompt[i] + generated[i] - S
-            heapq.heappush(heap, (S + bk.target[i] - generated[i], order, i))
+            gen = generated[i] + 1  # the last prefill step samples the first token
+            generated[i] = gen
+            status[i] = DECODING
+            join_step[i] = S
+            order_of[i] = order
+            ctx += prompt[i] + gen - S
+            joined.append((S + target[i] - gen, order, i))
             order += 1
         n = len(wave)
+        if n > 8 and 2 * n >= len(heap):
+            heap.extend(joined)
+            heapq.heapify(heap)
+        else:
+            for item in joined:
+                heapq.heappush(heap, item)
         self.stats.decode_tokens += n
         self.next_order = order
         self.b += n

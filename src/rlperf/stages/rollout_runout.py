@@ -69,12 +69,17 @@ def drain(replicas: list[Replica], debug: bool = False) -> Drained:
     bk = replicas[0].book
     # Every live decoding request, ordered by (replica, finish step, join order): the order in
     # which events() would let them leave.
-    heaps = [np.array(r.heap, np.int64).reshape(-1, 3) for r in replicas]
-    rep = np.repeat(np.arange(len(replicas)), [len(h) for h in heaps])
-    stop, order, ids = np.concatenate(heaps).T
+    rep = np.repeat(np.arange(len(replicas)), [len(r.heap) for r in replicas])
+    flat = chain.from_iterable(chain.from_iterable(r.heap for r in replicas))
+    stop, order, ids = np.fromiter(flat, np.int64, 3 * len(rep)).reshape(-1, 3).T
 
     def gather(values: list[int], at: np.ndarray) -> np.ndarray:
-        """``values[at]`` for a list (the book keeps plain lists for its scalar updates)."""
+        """``values[at]`` for a list (the book keeps plain lists for its scalar updates): the
+        whole list converted at once when ``at`` reads a good part of it (C speed), else item
+        by item."""
+        if 4 * len(at) >= len(values):
+            whole: np.ndarray = np.asarray(values, np.int64)
+            return whole[at]  # type: ignore[no-any-return]
         return np.fromiter(map(values.__getitem__, at.tolist()), np.int64, len(at))
 
     live = (gather(bk.status, ids) == DECODING) & (gather(bk.order, ids) == order)

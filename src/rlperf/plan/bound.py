@@ -74,6 +74,9 @@ class Bounder:
         self._samples: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
         self._gen: dict[tuple[EngineLayout, int | None, int], tuple[float, float]] = {}
         self._train: dict[tuple[str, int], tuple[float, float]] = {}
+        self._stages = sc.algorithm.active_stages(sc.epochs * sc.minibatches)
+        self._pools: dict[tuple[tuple[tuple[str, str], ...], int], tuple[dict[str, float], dict[str, float]]] = {}
+        self._placed: dict[tuple[object, ...], tuple[dict[str, int], dict[str, str]]] = {}
 
     def _sample(self, it: int) -> tuple[np.ndarray, np.ndarray, float]:
         """(prompt, response) lengths per request and the trained tokens of iteration ``it``:
@@ -128,6 +131,24 @@ class Bounder:
             self._train[(role, it)] = got
         return got
 
+    def _pool_terms(self, assign: dict[str, str], it: int) -> tuple[dict[str, float], dict[str, float]]:
+        """(forward, update) device-seconds per pool of iteration ``it``, the roles placed by
+        ``assign`` (memoized: thousands of candidates share a few placements)."""
+        key = (tuple(sorted(assign.items())), it)
+        got = self._pools.get(key)
+        if got is None:
+            fwd: dict[str, float] = {}
+            upd: dict[str, float] = {}
+            for st in self._stages:
+                if st.kind == "forward" or (st.kind == "reward" and self.sc.spec.algorithm.reward.kind == "model"):
+                    pool = assign[st.role]
+                    fwd[pool] = fwd.get(pool, 0.0) + self._role_terms(st.role, it)[0]
+                elif st.kind == "train":
+                    pool = assign[st.role]
+                    upd[pool] = upd.get(pool, 0.0) + self._role_terms(st.role, it)[1]
+            got = self._pools[key] = (fwd, upd)
+        return got
+
     def bound(self, cand: Candidate) -> PlanBound:
         """The smallest of the per-iteration bounds over the iterations the simulator averages
         (each draws its own batch): a lower bound on their mean."""
@@ -144,7 +165,12 @@ class Bounder:
         sc = self.sc
         plan = cand.plan
         total = sc.cluster.num_gpus
-        size, assign = pool_sizes(plan, total)
+        where = plan.placement  # its fields as a key (the assign dict is not hashable)
+        key = (where.kind, where.rollout_gpus, where.pools, tuple(sorted(where.assign.items())))
+        placed = self._placed.get(key)
+        if placed is None:
+            placed = self._placed[key] = pool_sizes(plan, total)
+        size, assign = placed
         gen_pool = assign["generate"]
         mode = mode_of(plan.mode)
         gen_work, depth = self._rollout_terms(plan.rollout, mode.token_budget, it)
@@ -157,15 +183,7 @@ class Bounder:
         g_gen = size[gen_pool]
         gen_s = max(gen_work / g_gen, depth)
         gen_term = "rollout depth" if depth >= gen_work / g_gen else "rollout work"
-        fwd: dict[str, float] = {}
-        upd: dict[str, float] = {}
-        for st in sc.algorithm.active_stages(sc.epochs * sc.minibatches):
-            if st.kind == "forward" or (st.kind == "reward" and sc.spec.algorithm.reward.kind == "model"):
-                pool = assign[st.role]
-                fwd[pool] = fwd.get(pool, 0.0) + self._role_terms(st.role, it)[0]
-            elif st.kind == "train":
-                pool = assign[st.role]
-                upd[pool] = upd.get(pool, 0.0) + self._role_terms(st.role, it)[1]
+        fwd, upd = self._pool_terms(assign, it)
         train_work = sum(fwd.values()) + sum(upd.values())
         total_s = (gen_work + train_work) / total
         busy = set(fwd) | set(upd)

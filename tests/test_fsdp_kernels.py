@@ -83,3 +83,18 @@ def test_zero3_gathers_and_reduces_one_unit_at_a_time() -> None:
     assert gather.time_s > all_gather(H100, shard.params * 2, costs.shard_group).time_s
     rs = costs.grad_reduce(shard, np.zeros(1), "reduce_scatter")
     assert rs.time_s == pytest.approx(units * reduce_scatter(H100, shard.params * 4 / units, costs.shard_group).time_s)
+
+
+def test_ulysses_moves_repeated_kv_heads_and_copies_each_tensor_twice() -> None:
+    model = load_model("Qwen2.5-1.5B")  # 12 heads, 2 KV heads of 128
+    lay = TrainLayout(dp=2, cp=4, cp_kind="ulysses")
+    costs = LayoutCosts(model, H100, lay)
+    shard = costs.shards[0]
+    # k and v repeated to 4 heads (each rank gets one); q and o whole: 12 + 4 + 4 + 12 heads
+    assert costs._ulysses_elements(shard) == (12 + 4 + 4 + 12) * 128
+    t = np.array([8192.0])
+    plain = LayoutCosts(model, H100, lay.model_copy(update={"cp": 1, "dp": 8}))
+    copies = costs._elementwise(shard, t, 0, 1).bytes[0] - plain._elementwise(shard, t, 0, 1).bytes[0]
+    assert copies == pytest.approx(8.0 * 32 * 128 * model.num_layers * 8192)
+    assert LayoutCosts(QWEN, H100, lay)._ulysses_elements(LayoutCosts(QWEN, H100, lay).shards[0]) == (
+        2 * QWEN.num_heads + 2 * QWEN.num_kv_heads) * QWEN.head_dim  # 8 KV heads: no repeat

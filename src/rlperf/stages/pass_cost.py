@@ -59,7 +59,9 @@ outermost, as Megatron-Core orders its process groups):
   passing a K/V block of ``t`` tokens to the next rank while attending to the current block; each
   step exposes ``max(0, send - attention_step)``. Backward passes K/V and dK/dV (twice the bytes).
   Ulysses (Jacobs et al. 2023, DeepSpeed-Ulysses): 4 all-to-alls per layer (q, k, v in; o out),
-  the same 4 backward, not overlapped.
+  the same 4 backward, not overlapped; k and v repeated up to ``cp`` heads where the model has
+  fewer KV heads, and each tensor copied into send buffers and out of the received chunks
+  (``ULYSSES_COPY_BYTES`` per element, memory bound, once per pass).
 - EP (Megatron-Core MoE alltoall dispatcher): per MoE layer a dispatch and a combine all-to-all of
   the ``k`` routed copies, ``t x k x hidden`` per rank, not overlapped; same backward.
 - PP: one send of the ``t x hidden`` boundary activations per micro-batch and model chunk
@@ -96,6 +98,7 @@ from rlperf.cost.collectives import (
     reduce_scatter,
 )
 from rlperf.cost.memory_activations import ACTIVATION_DTYPE
+from rlperf.cost.memory_params import kv_heads_per_device
 from rlperf.cost.roofline import ceilings, matmul_size_factor
 from rlperf.errors import SpecError
 from rlperf.specs.dtypes import bytes_per
@@ -113,6 +116,10 @@ _FP32 = bytes_per("fp32")
 LOGIT_PASSES_FORWARD = 3  # the fp32 logits are written once (cast) and read twice (max, log-sum-exp)
 LOGIT_PASSES_BACKWARD = 2  # read the logits, write their gradient
 LOGIT_FLOPS = 4  # per logit: compare, subtract, exp, add
+# Ulysses (verl's ulysses.py, DeepSpeed-Ulysses): each tensor of an all-to-all is split along
+# its head dimension into contiguous send buffers and the received chunks are concatenated: two
+# copies, each reading and writing the bf16 element (2 x 4 bytes)
+ULYSSES_COPY_BYTES = 8.0
 # Unfused attention (Megatron core attention), HBM bytes per score element of each kernel.
 # Forward: QK^T writes the scores (2); fused scale-mask-softmax reads and writes them (4); dropout
 # reads, writes and stores its 1-byte mask (5); PV reads the probabilities (2).
@@ -414,10 +421,27 @@ class LayoutCosts:
 
     def _elementwise(self, shard: StageShard, t: np.ndarray, logit_passes: int, layer_factor: int) -> Roof:
         """Memory-bound kernels: the layers' norms, residual adds, rotary and activation
-        (``layer_factor`` x their forward traffic) and ``logit_passes`` over the fp32 logits."""
+        (``layer_factor`` x their forward traffic), ``logit_passes`` over the fp32 logits, and
+        Ulysses' copies around its all-to-alls (one set per pass: the backward's all-to-alls move
+        the gradients of the same tensors)."""
         logits = t * shard.vocab_per_device
-        num_bytes = logit_passes * logits * _FP32 + layer_factor * shard.elementwise_bytes_per_token * t
+        copies = ULYSSES_COPY_BYTES * self._ulysses_elements(shard) * shard.num_layers
+        num_bytes = logit_passes * logits * _FP32 + (layer_factor * shard.elementwise_bytes_per_token + copies) * t
         return _roof(LOGIT_FLOPS * logits, num_bytes, self._elementwise_roof)
+
+    def _ulysses_elements(self, shard: StageShard) -> float:
+        """Features of q, k, v and o per token that one Ulysses layer moves through its
+        all-to-alls (0 without Ulysses): k and v are repeated up to ``cp`` heads where the model
+        has fewer KV heads per rank (verl's Ulysses patch repeats them so that each rank gets
+        whole heads); MLA's per-head keys and values as the stage's attention traffic."""
+        lay, m = self.layout, self.model
+        if lay.cp == 1 or lay.cp_kind != "ulysses" or not shard.num_layers:
+            return 0.0
+        if m.mla is not None:
+            return shard.attention_io_per_token / shard.num_layers
+        kv = kv_heads_per_device(m, lay.tp)
+        kv_moved = kv * max(lay.cp // kv, 1)
+        return (2 * m.num_heads / lay.tp + 2 * kv_moved) * m.head_dim
 
     def _attention(self, shard: StageShard, mb: MicroBatchShapes, backward: bool) -> Roof:
         """The stage's attention core for each of ``mb``, forward or backward (module docstring):
@@ -469,8 +493,8 @@ class LayoutCosts:
                 send = p2p_each(cl, t * shard.ring_kv_per_token * _C, self.cp_same_node)
                 ring = np.stack((send.time_s, send.bytes_sent_per_rank))
             else:
-                per_layer_io = shard.attention_io_per_token / shard.num_layers
-                a2a = _total([costs_each("all_to_all", cl, t * per_layer_io / 4 * _C, self.cp_group)], 4 * shard.num_layers)
+                moved = self._ulysses_elements(shard)  # q, k, v in and o out: 4 all-to-alls a layer
+                a2a = _total([costs_each("all_to_all", cl, t * moved / 4 * _C, self.cp_group)], 4 * shard.num_layers)
         if lay.ep > 1 and shard.num_moe_layers:
             moe = self.model.moe
             assert moe is not None

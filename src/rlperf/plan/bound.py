@@ -19,8 +19,12 @@ from the model, the hardware peaks and the sampled lengths, never from a simulat
   term; this one sees a pool too small for the batch. Dynamic sampling multiplies the work by
   its rounds;
 - a forward pass or a training update of a role on ``g`` GPUs: ``2·N·T`` (forward) or
-  ``6·N·T·e`` (update) FLOPs at the accelerator's dense peak, ``N`` active parameters, ``T``
-  trained tokens, ``e`` epochs;
+  ``6·N·T·e`` (update; ``4·N·T·e`` with LoRA, whose frozen weights get no weight gradient)
+  FLOPs at the large-GEMM rate (the dense peak times the profile's ``matmul_efficiency``, which
+  no GEMM of :mod:`rlperf.stages.pass_cost` exceeds: its size factor is at most 1), ``N`` the
+  weights that multiply a token (the LM head only for the actor and the reference: a value or
+  reward head is one column), ``T`` trained tokens, ``e`` epochs; attention, elementwise
+  kernels, communication and host time only add to it;
 - a mode whose rollout call stops at the first ``B·G`` finished responses (streaming) gets
   no bound (0): it trains the shortest responses and has no tail;
 - composition per execution mode: a synchronous step serializes the rollout and each pool's
@@ -118,16 +122,23 @@ class Bounder:
         return got
 
     def _role_terms(self, role: str, it: int) -> tuple[float, float]:
-        """(forward, update) device-seconds of one role at the accelerator's dense peak."""
+        """(forward, update) device-seconds of one role's weight matmuls at the large-GEMM rate."""
         got = self._train.get((role, it))
         if got is None:
             sc = self.sc
             acc = sc.cluster.accelerator
             lay = sc.plan.layout_for(role)
-            peak = acc.peak_flops.get(lay.param_dtype) or max(acc.peak_flops.values())
-            n = float(sc.models[role].num_active_params)
-            fwd = 2.0 * n * self._sample(it)[2] / peak
-            got = (fwd, 3.0 * fwd * sc.epochs)
+            dtype = lay.compute_dtype if lay.compute_dtype in acc.peak_flops else lay.param_dtype
+            peak = acc.peak_flops.get(dtype) or max(acc.peak_flops.values())
+            rate = peak * sc.cluster.profile.matmul_eff(dtype)
+            model = sc.models[role]
+            # Only the actor and the reference compute log-probs over the vocabulary; a value or
+            # reward head is one column.
+            head = 0 if role in ("actor", "ref") else model.vocab_size * model.token_embedding_size
+            fwd = 2.0 * float(model.matmul_params_per_token - head) * self._sample(it)[2] / rate
+            # Frozen weights (LoRA) get no weight gradient: the backward is dX only.
+            backward = 1.0 if lay.lora_rank > 0 else 2.0
+            got = (fwd, (1.0 + backward) * fwd * sc.epochs)
             self._train[(role, it)] = got
         return got
 

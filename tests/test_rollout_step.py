@@ -339,3 +339,56 @@ def test_published_single_stream_steps_are_reproduced_where_derived_and_checked(
             for name in ("Qwen3-0.6B", "Qwen3-14B")}
     assert step["Qwen3-0.6B"] == pytest.approx(4.2e-3, rel=0.05)
     assert step["Qwen3-14B"] == pytest.approx(24.3e-3, rel=0.10)
+
+
+def test_dp_attention_swaps_the_all_reduces_for_an_expert_all_to_all() -> None:
+    """SGLang-style data-parallel attention with DeepEP: dense weights whole on every GPU, each
+    GPU's own 1/tp of the KV, no tp all-reduce or logits gather, a dispatch and a combine per
+    MoE layer (closed form of the module docstring), and tp times one GPU's KV capacity."""
+    from rlperf.cost.memory import inference_memory
+    from rlperf.specs.hardware import Accelerator
+
+    m = load_model("DeepSeek-V3")
+    assert m.moe is not None
+    c = make_cluster("H20", num_gpus=32)  # 4 nodes of 8
+    tp_lay = EngineLayout(tp=32, ep=32, dtype="fp8")
+    dp_lay = tp_lay.model_copy(update={"dp_attention": True})
+    tp_step, dp_step = StepModel.build(m, c, tp_lay), StepModel.build(m, c, dp_lay)
+    assert dp_step.dense_weight_bytes_per_gpu == pytest.approx(32 * tp_step.dense_weight_bytes_per_gpu)
+    assert dp_step.kv_bytes_per_token_per_gpu == pytest.approx(m.kv_bytes_per_token("bf16") / 32)
+    assert tp_step.kv_bytes_per_token_per_gpu == pytest.approx(m.kv_bytes_per_token("bf16"))  # MLA: replicated
+    assert dp_step.logits_gather_s(512) == 0.0 and tp_step.logits_gather_s(512) > 0.0
+    # the all-to-all, by hand: 512 tokens -> 16 per GPU, k hidden vectors of 1 byte each
+    acc: Accelerator = c.accelerator
+    prof = c.profile
+    sent = 16 * m.moe.experts_per_token * m.hidden_size * 1.0
+    a2a_rate = prof.moe_a2a_nic_efficiency
+    assert a2a_rate is not None
+    cross = 24 / 32 * sent / (acc.nic_bandwidth_bytes_per_s * a2a_rate)
+    intra = 7 / 32 * sent / (acc.intra_node_group_bandwidth_bytes_per_s(8) * prof.intra_node_efficiency)
+    one = prof.inter_node_latency_s + max(cross, intra)
+    assert dp_step.comm_s(512) == pytest.approx(2 * m.num_moe_layers * one, rel=1e-12)
+    assert dp_step.host_s_per_seq == pytest.approx(prof.engine_seq_s / 32)
+    mem_tp = inference_memory(m, tp_lay, acc.hbm_bytes)
+    mem_dp = inference_memory(m, dp_lay, acc.hbm_bytes)
+    assert mem_dp.weights_bytes > mem_tp.weights_bytes  # attention and dense layers replicated
+    per_gpu = math.floor(mem_dp.kv_capacity_bytes / (m.kv_bytes_per_token("bf16")))
+    assert mem_dp.kv_capacity_tokens == pytest.approx(32 * per_gpu, abs=32)
+    for bad in ({"pp": 2, "ep": 32}, {"ep": 1}):
+        with pytest.raises(ValueError, match="dp_attention"):
+            EngineLayout(tp=32, dp_attention=True, **{"ep": 32, **bad})  # type: ignore[arg-type]
+
+
+def test_dp_attention_breakdown_names_the_dispatch_and_adds_up() -> None:
+    from rlperf.stages.rollout_breakdown import decode_step_breakdown
+
+    m = load_model("DeepSeek-V3")
+    c = make_cluster("H20", num_gpus=32)
+    lay = EngineLayout(tp=32, ep=32, dtype="fp8", dp_attention=True)
+    bd = decode_step_breakdown(m, c, lay, 1024, 1024 * 2000.0)
+    ref = StepModel.build(m, c, lay).run(1024, 1024 * 2000.0, 0, 0.0).step_s(0)
+    assert bd.step_s == pytest.approx(ref, rel=1e-9)
+    names = " ".join(t.name for t in bd.terms)
+    assert "expert dispatch + combine" in names and "across 4 nodes" in names
+    assert "tp all-reduce" not in names and "logits all-gather" not in names
+    assert all(t.source for t in bd.terms)

@@ -395,21 +395,28 @@ def inference_memory(
     ``kv_dtype``, where ``kv_heads_on_gpu = ceil(num_kv_heads / tp)``: with ``tp >
     num_kv_heads`` KV heads are replicated, not split further (MLA's latent is replicated on
     every tp rank).
+
+    Data-parallel attention (``engine.dp_attention``): every GPU holds the dense weights whole
+    and ``1/ep`` of the experts, its workspace is a tp-1 forward's, and it keeps the whole KV of
+    its own ``1/tp`` of the replica's tokens: per token of the replica that is ``1/tp`` of a
+    token's KV (the replica's capacity is ``tp`` times one GPU's, assuming balanced ranks).
     """
     check_engine_layout(model, engine)
     _positive("hbm_bytes", hbm_bytes)
     if reserved_bytes < 0:
         raise SpecError("reserved_bytes", f"must be >= 0, got {reserved_bytes}")
     budget = engine.gpu_memory_utilization * hbm_bytes
+    dp = engine.dp_attention
+    dense_tp = 1 if dp else engine.tp
     per_token_fwd = forward_workspace_bytes_per_token(
-        model, engine.tp, experts_split=engine.ep == 1
+        model, dense_tp, experts_split=engine.ep == 1
     )
     kv_layer = model.kv_bytes_per_token(engine.kv_dtype) / model.num_layers
-    kv_share = kv_heads_per_device(model, engine.tp) / (
+    kv_share = 1 / engine.tp if dp else kv_heads_per_device(model, engine.tp) / (
         1 if model.mla is not None else model.num_kv_heads
     )
     mems = []
-    for st in stage_params(model, engine.tp, engine.pp, engine.tp):
+    for st in stage_params(model, dense_tp, engine.pp, engine.tp):
         workspace = engine.max_num_batched_tokens * per_token_fwd + reserved_bytes
         if st.stage == engine.pp - 1:
             workspace += engine.max_num_seqs * model.vocab_size * _SAMPLER_BYTES

@@ -82,7 +82,7 @@ SYNC_ONLY_FIELDS: frozenset[str] = frozenset(
 
 ROLLOUT_ONLY_FIELDS: frozenset[str] = frozenset(
     {"decode_hbm_efficiency", "engine_step_overhead_s", "engine_layer_overhead_s", "engine_seq_overhead_s",
-     "moe_routing_imbalance", "moe_expert_read_half_bytes"}
+     "moe_routing_imbalance", "moe_expert_read_half_bytes", "moe_a2a_nic_efficiency"}
 )
 """HardwareProfile fields only the rollout engine reads (rlperf.stages.rollout_step): a
 simulation's training and forward stages are the same whatever their values, so the stage
@@ -181,6 +181,9 @@ class HardwareProfile(Spec):
     # at which the engine's grouped GEMM streams it at half its large-slice bandwidth; a slice
     # of s bytes costs s + this at the decode bandwidth (stages.rollout_step). None: s alone.
     moe_expert_read_half_bytes: float | None = Field(default=1.44e6, ge=0, le=1e9)
+    # Cross-node bytes of an expert dispatch / combine under data-parallel attention (DeepEP's
+    # low-latency kernels) per second, over the NIC spec. None: inter_node_efficiency.
+    moe_a2a_nic_efficiency: float | None = Field(default=0.78, gt=0, le=1)
     source: str = ""
     provenance: dict[str, str] = Field(default_factory=dict)  # field -> derivation and source url
 

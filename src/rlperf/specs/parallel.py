@@ -151,6 +151,12 @@ class EngineLayout(Spec):
     # scheduler, default since v0.4; vLLM's --async-scheduling; TRT-LLM's overlap scheduler): a
     # step takes max(device, host) instead of device + host (stages.rollout_step)
     overlap_scheduling: bool = False
+    # data-parallel attention (SGLang --enable-dp-attention with DeepEP, MoE models): each GPU of
+    # the replica runs attention and the dense layers whole for its own share of the sequences
+    # and keeps only their KV; the routed experts are expert-parallel over the replica (ep =
+    # tp * pp, pp = 1) and tokens reach them by an all-to-all dispatch and combine instead of the
+    # tp all-reduces (stages.rollout_step)
+    dp_attention: bool = False
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
 
@@ -166,6 +172,8 @@ class EngineLayout(Spec):
     def _check(self) -> EngineLayout:
         if self.ep > 1 and self.ep != self.tp * self.pp:
             raise ValueError("ep must equal tp*pp inside one engine (experts spread over the engine's GPUs)")
+        if self.dp_attention and (self.pp != 1 or self.ep != self.tp or self.tp < 2):
+            raise ValueError("dp_attention needs pp = 1 and ep = tp >= 2 (experts spread over the replica's GPUs)")
         return self
 
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from rlperf.cost.collectives import all_reduce, group_for, p2p
 from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware import Cluster
@@ -118,7 +120,9 @@ def decode_step_breakdown(
             ))
     terms.append(StepTerm("KV cache read", (ctx + b) * step.kv_bytes_per_token_per_gpu / step.hbm_bytes_per_s / mb,
                           "memory", hbm_src))
-    kernels, ops = kernels_per_step(model, layout.tp), eager_ops_per_step(model, layout.tp)
+    graph_tp = 1 if layout.dp_attention else layout.tp  # dp attention: no all-reduces in a layer
+    kernels, ops = kernels_per_step(model, graph_tp), eager_ops_per_step(model, graph_tp)
+    ops += 2 * model.num_moe_layers if layout.dp_attention else 0
     count = f"{model.num_layers} layers, structural count: rollout_step.eager_ops_per_layer"
     terms.append(StepTerm(
         f"kernel floor ({'CUDA graphs' if cuda_graphs else 'eager'})", step.floor_s, "floor",
@@ -126,7 +130,19 @@ def decode_step_breakdown(
         if cuda_graphs else
         f"max({_prov(cluster, 'eager_op_launch_s')} x {ops} ops, decode_kernel_min_s x {kernels} kernels) ({count})"))
     act = b * model.hidden_size * bytes_per(layout.dtype) / mb
-    if layout.tp > 1:
+    if layout.dp_attention:
+        group = group_for(cluster, layout.tp)
+        a2a = float(step.all_to_all_each(np.array([float(b)]))[0])
+        where = "in a node" if group.num_nodes == 1 else f"across {group.num_nodes} nodes"
+        sent = -(-b // layout.tp) * step.experts_per_token * model.hidden_size * bytes_per(layout.dtype)
+        terms.append(StepTerm(
+            f"expert dispatch + combine x {model.num_moe_layers} ({sent / 1e3:.0f} KB per GPU each, {where}; dp attention)",
+            2 * model.num_moe_layers * a2a, "added",
+            "DeepEP-style all-to-all: the cross-node share at NIC x "
+            f"{_prov(cluster, 'moe_a2a_nic_efficiency')}, the node share over NVLink; + one "
+            f"{_prov(cluster, 'inter_node_latency_s' if group.num_nodes > 1 else 'intra_node_latency_s')}",
+        ))
+    elif layout.tp > 1:
         group = group_for(cluster, layout.tp)
         ar = all_reduce(cluster, act, group)
         where = "in a node" if group.num_nodes == 1 else f"across {group.num_nodes} nodes"
@@ -158,7 +174,8 @@ def decode_step_breakdown(
          "engine_step_overhead_s unset: no published per-step figure (rlperf validate --calibrate fits one)") + f"; {how}",
     ))
     terms.append(StepTerm(
-        f"engine host, per sequence (x {b})", b * step.host_s_per_seq, side,
+        f"engine host, per sequence (x {b}{f', over {layout.tp} dp-rank schedulers' if layout.dp_attention else ''})",
+        b * step.host_s_per_seq, side,
         f"{_prov(cluster, 'engine_seq_overhead_s')}; {how}",
     ))
     return StepBreakdown(b, ctx, read, tuple(terms))

@@ -18,7 +18,9 @@ micro-batches in flight the token-proportional terms divide by their number, see
               / (HBM bandwidth · decode_hbm_efficiency)
               (a routed expert's slice s costs s + s_half: the grouped GEMM's size curve)
     communication = 2·L all-reduces of the step's activations over the tp group (after the
-                    attention and the MLP of every layer, Megatron TP; Shoeybi et al. 2019)
+                    attention and the MLP of every layer, Megatron TP; Shoeybi et al. 2019),
+                    or, under data-parallel attention, a dispatch and a combine all-to-all per
+                    MoE layer
                     + (pp-1) stage hand-offs (one point-to-point send of the activations)
                     + the all-gather of the vocab-parallel logits over the tp group (b · V fp32)
     sampler = b · V · 4 bytes · SAMPLER_PASSES / (HBM bandwidth · decode_hbm_efficiency)
@@ -34,7 +36,25 @@ per-step latencies (nccl-tests figures, data/profiles.yaml), across nodes when t
 spans nodes (a TP-32 engine on 8-GPU nodes). vLLM's expert parallelism with tensor-parallel
 attention (``enable_expert_parallel``) keeps every token on every rank: each rank runs its
 local experts and the layer ends with the same all-reduce, so ``ep`` adds no all-to-all here
-(an all-to-all dispatch needs data-parallel attention, which EngineLayout does not express).
+(an all-to-all dispatch needs data-parallel attention, below).
+
+Data-parallel attention (``EngineLayout.dp_attention``: SGLang's ``--enable-dp-attention`` with
+DeepEP, ep = tp, pp = 1) runs attention, the dense layers and the LM head whole on every GPU for
+its own ``1/tp`` of the sequences, so a GPU streams the dense weights whole, reads the whole KV
+of its own tokens only (MLA's latent is no longer replicated tp times), samples its own rows,
+and makes no tp all-reduce or logits gather. Every MoE layer instead dispatches each GPU's
+tokens to the ranks of their ``k`` experts and combines the results back: two all-to-alls of
+``ceil(n / tp) · k · d`` activation bytes per GPU. As DeepEP's low-latency kernels run them, the
+bytes bound for other nodes (``(p - r) / p`` of them, ``r`` GPUs of the group on a node) move at
+``moe_a2a_nic_efficiency`` of the NIC (0.78: DeepEP's published dispatch and combine times for
+EP 16 to 256 on H800, profiles.yaml) while the rest rides NVLink, plus one network latency:
+
+    all-to-all = alpha + max((r - 1)/p · bytes / B_intra, (p - r)/p · bytes / (NIC · moe_a2a_nic_efficiency))
+
+Each data-parallel rank runs its own scheduler, so the host time per sequence divides by
+``tp``. The busiest expert rank's reads are the expert-parallel ones above. Imbalance between the
+data-parallel ranks (each schedules its own requests) is not modelled: the replica's batch is
+taken as evenly split.
 
 The sampler reads the step's logits (one fp32 row of ``V`` per sampled sequence) after the
 forward: the LM head writes them, the temperature / softmax pass reads and writes them, and the
@@ -184,6 +204,11 @@ class StepModel:
     # bytes-equivalent a touched expert costs over all MoE layers on top of its bytes: the
     # grouped GEMM's half-saturation slice (moe_expert_read_half_bytes) x MoE layers
     expert_extra_bytes_per_gpu: float = 0.0
+    # data-parallel attention (EngineLayout.dp_attention): each GPU holds its own sequences; the
+    # MoE layers' dispatch and combine all-to-alls replace the tp all-reduces and logits gather
+    dp_attention: bool = False
+    num_moe_layers: int = 0
+    a2a_nic_bytes_per_s: float = 0.0  # cross-node all-to-all rate per GPU (NIC x efficiency)
     routing_imbalance: float = 1.0  # busiest rank's touched experts over the uniform-routing figure
     vocab_size: int = 0
     sampler_s_per_seq: float = 0.0  # sampler HBM time per sampled sequence
@@ -217,6 +242,11 @@ class StepModel:
         hbm = acc.hbm_bandwidth_bytes_per_s * prof.decode_hbm_efficiency
         whole_experts = moe is not None and layout.ep > 1
         expert_ranks = max(1, layout.ep // pp) if whole_experts else 1
+        dp = layout.dp_attention
+        shard = 1 if dp else tp  # dense weights and the LM head: whole on every GPU under dp attention
+        graph_tp = 1 if dp else tp  # tp > 1 adds the two all-reduces a layer (dp attention: none)
+        ops = eager_ops_per_step(model, graph_tp) + (2 * model.num_moe_layers if dp else 0)  # + dispatch, combine
+        kernels = kernels_per_step(model, graph_tp)
         return cls(
             tp=tp,
             pp=pp,
@@ -229,22 +259,25 @@ class StepModel:
             matmul_flops_per_s=tp * peak * prof.matmul_eff(layout.dtype),
             attention_flops_per_s=tp * peak * prof.attention_efficiency,
             hbm_bytes_per_s=hbm,
-            dense_weight_bytes_per_gpu=streamed_dense * wbytes / tp,
+            dense_weight_bytes_per_gpu=streamed_dense * wbytes / shard,
             expert_bytes_per_gpu=expert_params * wbytes / (1 if whole_experts else tp),
             expert_extra_bytes_per_gpu=(prof.moe_expert_read_half_bytes or 0.0) * (model.num_moe_layers if moe else 0),
-            kv_bytes_per_token_per_gpu=model.kv_bytes_per_token(layout.kv_dtype) * kv_share,
+            # dp attention: a GPU keeps the whole KV of its 1/tp of the tokens
+            kv_bytes_per_token_per_gpu=model.kv_bytes_per_token(layout.kv_dtype) * (1 / tp if dp else kv_share),
             num_experts=moe.num_experts if moe is not None else 0,
             experts_per_token=moe.experts_per_token if moe is not None else 0,
-            floor_s=(max(launch_s, prof.decode_kernel_min_s) * kernels_per_step(model, tp) if cuda_graphs
-                     else max(prof.eager_op_launch_s * eager_ops_per_step(model, tp),
-                              prof.decode_kernel_min_s * kernels_per_step(model, tp))),
+            floor_s=(max(launch_s, prof.decode_kernel_min_s) * kernels if cuda_graphs
+                     else max(prof.eager_op_launch_s * ops, prof.decode_kernel_min_s * kernels)),
             overhead_s=prof.engine_step_s(model.num_layers),
             expert_ranks=expert_ranks,
             routing_imbalance=prof.moe_routing_imbalance or 1.0,
             vocab_size=model.vocab_size,
-            sampler_s_per_seq=model.vocab_size * _LOGIT_BYTES * SAMPLER_PASSES / hbm,
-            host_s_per_seq=prof.engine_seq_s,
+            sampler_s_per_seq=model.vocab_size * _LOGIT_BYTES * SAMPLER_PASSES / hbm / (tp if dp else 1),
+            host_s_per_seq=prof.engine_seq_s / (tp if dp else 1),  # dp attention: a scheduler per rank
             overlap=layout.overlap_scheduling,
+            dp_attention=dp,
+            num_moe_layers=model.num_moe_layers if moe is not None else 0,
+            a2a_nic_bytes_per_s=acc.nic_bandwidth_bytes_per_s * (prof.moe_a2a_nic_efficiency or prof.inter_node_efficiency),
             _cluster=cluster,
             _act_bytes=wbytes,
         )
@@ -296,14 +329,14 @@ class StepModel:
         return num_seqs * self.sampler_s_per_seq + self.logits_gather_s(num_seqs)
 
     def _gathers_each(self, out_bytes: np.ndarray) -> np.ndarray:
-        if self.tp == 1 or self.vocab_size == 0:
+        if self.tp == 1 or self.vocab_size == 0 or self.dp_attention:
             return np.zeros(out_bytes.shape)
         cluster = self._cluster
         assert cluster is not None
         return costs_each("all_gather", cluster, out_bytes, group_for(cluster, self.tp)).time_s
 
     def logits_gather_s(self, num_seqs: int) -> float:
-        if self.tp == 1 or self.vocab_size == 0:
+        if self.tp == 1 or self.vocab_size == 0 or self.dp_attention:
             return 0.0
         hit = self._gather_cache.get(num_seqs)
         if hit is None:
@@ -337,6 +370,9 @@ class StepModel:
         assert cluster is not None
         per_mb = num_tokens * self.hidden_size * self._act_bytes / num_microbatches
         total = np.zeros(per_mb.shape)
+        if self.dp_attention:  # a dispatch and a combine per MoE layer, nothing else
+            a2a: np.ndarray = total + 2 * self.num_moe_layers * self.all_to_all_each(num_tokens)
+            return a2a
         if self.tp > 1:
             # A step lasts pp stage-times of one micro-batch (see run), and each stage
             # all-reduces the micro-batch's activations twice per layer.
@@ -347,6 +383,25 @@ class StepModel:
             same_node = self.tp * self.pp <= cluster.gpus_per_node
             total = total + (self.pp - 1) * p2p_each(cluster, per_mb, same_node).time_s
         return total
+
+    def all_to_all_each(self, num_tokens: np.ndarray) -> np.ndarray:
+        """One expert dispatch (or combine) of a step over ``num_tokens`` tokens under data-parallel
+        attention: each GPU sends its ``num_tokens / tp`` tokens' ``k`` hidden vectors to the ranks
+        of their experts (module docstring)."""
+        cluster = self._cluster
+        assert cluster is not None
+        group = group_for(cluster, self.tp)
+        p, r = group.size, group.ranks_per_node
+        sent = np.ceil(num_tokens / p) * self.experts_per_token * self.hidden_size * self._act_bytes
+        prof, acc = cluster.profile, cluster.accelerator
+        intra_bw = acc.intra_node_group_bandwidth_bytes_per_s(r) * prof.intra_node_efficiency
+        intra = (r - 1) / p * sent / intra_bw
+        if p <= r:
+            inside: np.ndarray = prof.intra_node_latency_s + intra
+            return inside
+        cross = (p - r) / p * sent / self.a2a_nic_bytes_per_s
+        across: np.ndarray = prof.inter_node_latency_s + np.maximum(intra, cross)
+        return across
 
     # ------------------------------------------------------------------ a run of steps
     def run(

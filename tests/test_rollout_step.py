@@ -392,3 +392,20 @@ def test_dp_attention_breakdown_names_the_dispatch_and_adds_up() -> None:
     assert "expert dispatch + combine" in names and "across 4 nodes" in names
     assert "tp all-reduce" not in names and "logits all-gather" not in names
     assert all(t.source for t in bd.terms)
+
+
+def test_another_implementations_layer_sets_the_eager_op_count() -> None:
+    """EngineLayout.eager_ops_per_layer replaces vLLM's structural count: the eager floor is that
+    count x layers x eager_op_launch_s (tp 1: every op a kernel), and CUDA graphs floor its
+    kernels the same way."""
+    from rlperf.stages.rollout_step import step_ops
+
+    llama = load_model("Llama-3.1-8B")
+    hf = EngineLayout(tp=1, cuda_graphs=False, eager_ops_per_layer=45)
+    assert step_ops(llama, hf) == (45 * 32, 45 * 32)
+    assert step_ops(llama, EngineLayout(tp=1)) == (eager_ops_per_step(llama, 1), kernels_per_step(llama, 1))
+    two = hf.model_copy(update={"tp": 2})
+    assert step_ops(llama, two) == (45 * 32 + 64, 45 * 32)  # the all-reduces are communication
+    step = StepModel.build(llama, H100, hf, cuda_graphs=False)
+    assert step.floor_s == pytest.approx(45 * 32 * H100.profile.eager_op_launch_s)
+    assert step.floor_s == pytest.approx(4.5 * StepModel.build(llama, H100, EngineLayout(tp=1), cuda_graphs=False).floor_s)

@@ -157,6 +157,10 @@ class EngineLayout(Spec):
     # tp * pp, pp = 1) and tokens reach them by an all-to-all dispatch and combine instead of the
     # tp all-reduces (stages.rollout_step)
     dp_attention: bool = False
+    # ops one decoder layer dispatches in an eager decode step when the engine is not vLLM's /
+    # SGLang's layer (HF generate on a transformers model: 45 for Llama, stages.rollout_step);
+    # None: vLLM's structural count
+    eager_ops_per_layer: int | None = Field(default=None, ge=1, le=1000)
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
 

@@ -30,7 +30,7 @@ from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout
-from rlperf.stages.rollout_step import SAMPLER_PASSES, StepModel, eager_ops_per_step, kernels_per_step
+from rlperf.stages.rollout_step import SAMPLER_PASSES, StepModel, step_ops
 
 if TYPE_CHECKING:
     from rlperf.scenario import Scenario
@@ -120,10 +120,10 @@ def decode_step_breakdown(
             ))
     terms.append(StepTerm("KV cache read", (ctx + b) * step.kv_bytes_per_token_per_gpu / step.hbm_bytes_per_s / mb,
                           "memory", hbm_src))
-    graph_tp = 1 if layout.dp_attention else layout.tp  # dp attention: no all-reduces in a layer
-    kernels, ops = kernels_per_step(model, graph_tp), eager_ops_per_step(model, graph_tp)
-    ops += 2 * model.num_moe_layers if layout.dp_attention else 0
-    count = f"{model.num_layers} layers, structural count: rollout_step.eager_ops_per_layer"
+    ops, kernels = step_ops(model, layout)
+    count = (f"{model.num_layers} layers x {layout.eager_ops_per_layer} ops (EngineLayout.eager_ops_per_layer)"
+             if layout.eager_ops_per_layer is not None else
+             f"{model.num_layers} layers, structural count: rollout_step.eager_ops_per_layer")
     terms.append(StepTerm(
         f"kernel floor ({'CUDA graphs' if cuda_graphs else 'eager'})", step.floor_s, "floor",
         f"max({_prov(cluster, 'graph_kernel_launch_s')}, {_prov(cluster, 'decode_kernel_min_s')}) x {kernels} kernels ({count})"

@@ -92,7 +92,11 @@ kernel is shorter than ``decode_kernel_min_s``, the time of a tiny kernel's laun
 and tail (6.13 us, profiles.yaml: vLLM's single-stream TPOT of Qwen3-0.6B and Qwen3-1.7B on
 an A100, 4.2 and 4.6 ms, both 28 layers, are met only by a floor of ~2.06 ms for the smaller
 model's 336 kernels and the 2.14 ms host time of the larger), so small models and MoE layers
-(more, smaller kernels) are floor-bound at small batches. In eager execution (``EngineLayout.cuda_graphs = False``, vLLM's
+(more, smaller kernels) are floor-bound at small batches. Another implementation's layer sets
+its own count (``EngineLayout.eager_ops_per_layer``, :func:`step_ops`): HF ``generate`` on a
+transformers (v4.36-4.38, SDPA attention, ``DynamicCache``) Llama layer dispatches 45 (two 8-op fp32 RMSNorms, separate q/k/v projections,
+rotary with its cos/sin casts and gathers and two rotate-half, two cache concatenations,
+attention, the output transpose copy and projection, a 5-op MLP, two residual adds). In eager execution (``EngineLayout.cuda_graphs = False``, vLLM's
 ``enforce_eager``) the host dispatches every op of every layer through Python and the
 PyTorch dispatcher, and the floor is ``eager_op_launch_s`` per op dispatched (Llama-3.1-8B on
 an H100: 8.4 ms per decode step eager against 5.1 ms as a CUDA graph, the eager step
@@ -244,9 +248,7 @@ class StepModel:
         expert_ranks = max(1, layout.ep // pp) if whole_experts else 1
         dp = layout.dp_attention
         shard = 1 if dp else tp  # dense weights and the LM head: whole on every GPU under dp attention
-        graph_tp = 1 if dp else tp  # tp > 1 adds the two all-reduces a layer (dp attention: none)
-        ops = eager_ops_per_step(model, graph_tp) + (2 * model.num_moe_layers if dp else 0)  # + dispatch, combine
-        kernels = kernels_per_step(model, graph_tp)
+        ops, kernels = step_ops(model, layout)
         return cls(
             tp=tp,
             pp=pp,
@@ -653,6 +655,22 @@ def eager_ops_per_layer(model: ModelSpec, tp: int, moe_layer: bool) -> int:
         ops += 4
         ops += (3 + (1 if moe.shared_expert_gate else 0)) if moe.shared_intermediate_size else 0
     return ops
+
+
+def step_ops(model: ModelSpec, layout: EngineLayout) -> tuple[int, int]:
+    """(eager ops, device kernels) of one decode step of ``layout``: the structural counts of
+    vLLM's layers (:func:`eager_ops_per_step`, :func:`kernels_per_step`); under data-parallel
+    attention no all-reduces and a dispatch and a combine per MoE layer; with
+    ``layout.eager_ops_per_layer`` set (another implementation's layer, e.g. HF ``generate``),
+    that count per layer, every op a kernel except the all-reduces."""
+    dp = layout.dp_attention
+    tp = 1 if dp else layout.tp  # tp > 1 adds the two all-reduces a layer (dp attention: none)
+    a2a = 2 * model.num_moe_layers if dp else 0  # dispatch, combine
+    all_reduces = 2 * model.num_layers if tp > 1 else 0
+    if layout.eager_ops_per_layer is not None:
+        ops = layout.eager_ops_per_layer * model.num_layers + all_reduces
+        return ops + a2a, ops - all_reduces
+    return eager_ops_per_step(model, tp) + a2a, kernels_per_step(model, tp)
 
 
 def eager_ops_per_step(model: ModelSpec, tp: int) -> int:

@@ -167,13 +167,15 @@ def time_runs(replicas: list[Replica], drained: list[Drained]) -> None:
 
     # Logged runs first, then drained ones (which prefill nothing: zero wave tokens, and the
     # per-token prefill figures only ever multiply them), sorted by replica (stable).
-    cols = list(zip(*chain.from_iterable(log.runs for log in logs)))  # every replica logged a run
+    # Every replica logged a run. One float64 array of all the runs' fields (one C pass; the
+    # integer fields, step and token counts far below 2**53, come back exactly).
+    cols = np.array(list(chain.from_iterable(log.runs for log in logs)), np.float64).reshape(-1, 7).T
     logged = np.repeat(np.arange(len(logs)), [len(log.runs) for log in logs])
     d_rep = np.array([at[i] for i in np.concatenate([d.replica for d in drained]).tolist()], np.int64)
     zero = np.zeros(len(d_rep), np.int64)
 
-    def joined(mine: tuple[int, ...] | tuple[float, ...], theirs: np.ndarray, dtype: type) -> np.ndarray:
-        return np.concatenate((np.array(mine, dtype), theirs.astype(dtype)))
+    def joined(mine: np.ndarray, theirs: np.ndarray, dtype: type) -> np.ndarray:
+        return np.concatenate((mine.astype(dtype), theirs.astype(dtype)))
 
     b = joined(cols[0], np.concatenate([d.num_decode for d in drained]), np.int64)
     ctx = joined(cols[1], np.concatenate([d.context for d in drained]), np.int64)

@@ -40,7 +40,7 @@ def test_fast_estimate_is_within_ten_percent_of_the_simulator_in_median() -> Non
     errors: list[float] = []
     by_mode: dict[str, list[float]] = {}
     seed = 100
-    while len(errors) < 200:
+    while len(errors) < 200 or min(len(by_mode.get(m, [])) for m in CARRYING) < 15:
         sc = random_scenario(seed)
         seed += 1
         est = Estimator(sc)
@@ -58,7 +58,13 @@ def test_fast_estimate_is_within_ten_percent_of_the_simulator_in_median() -> Non
             if err is None:
                 continue
             errors.append(err)
-            by_mode.setdefault(_mode(c), []).append(err)
+            # Streaming with a generation batch larger than the trained one (dynamic sampling,
+            # oversampling) has no steady state to estimate: every call admits m·B·G fresh
+            # requests and stops after B·G finished, so the simulator's in-flight set grows each
+            # step (lags of 17-21 versions; such plans are deferred by their expected
+            # staleness). Reported apart.
+            rounds = " (filtered)" if _mode(c) == "streaming" and est.gen_rounds.filters else ""
+            by_mode.setdefault(_mode(c) + rounds, []).append(err)
     med = float(np.median(np.abs(errors)))
     print(f"\nfast estimate vs simulator over {len(errors)} random plans: median |difference| {med:.1%}, "
           f"90th percentile {np.percentile(np.abs(errors), 90):.1%}")

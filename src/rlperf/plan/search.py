@@ -343,9 +343,12 @@ def search(
             else:
                 evals.append(PlanEvaluation(label, plan, s.cluster.num_gpus, e, r, src))
 
+    def eligible() -> list[PlanEvaluation]:
+        """Simulated plans the answer may name best: within the staleness limit, not the user's."""
+        return [e for e in evals if e.sim is not None and e.source != "user" and e.staleness <= max(opts.max_staleness, 0)]
+
     def incumbent() -> float:
-        ok = [obj(e) for e in evals if e.sim is not None and e.source != "user" and e.staleness <= max(opts.max_staleness, 0)]
-        return min(ok, default=math.inf)
+        return min((obj(e) for e in eligible()), default=math.inf)
 
     simulate_batch(items)
     budget = 0
@@ -396,7 +399,8 @@ def search(
         if not take:
             break
         if progress:
-            lead = min((e for e in evals if e.sim is not None and e.source != "user"), key=lambda e: (obj(e), e.label), default=None)
+            # The best so far is one the answer could name (a plan over the staleness limit is not).
+            lead = min(eligible(), key=lambda e: (obj(e), e.label), default=None)
             so_far = f"; best so far: {lead.label} on {lead.num_gpus} GPUs, {lead.step_time_s:.0f} s/step" if lead else ""
             progress(f"{sims} plans simulated, {len(live)} could still win{so_far}", searched, budget)
         simulate_batch([(subs[n.gpus], n.cand.label, n.cand.plan, n.estimate, "search") for n in take])

@@ -14,6 +14,7 @@ from rlperf.specs.parallel import TrainLayout
 from rlperf.stages.elementwise import EAGER, FUSED, kernels_for
 from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes
 from rlperf.stages.shard import stage_shards
+from rlperf.stages.train import train_step
 
 QWEN = load_model("Qwen3-0.6B")  # RMSNorm, rotary, QK-norm, SwiGLU
 H100 = make_cluster("h100_sxm", num_gpus=8)
@@ -98,3 +99,26 @@ def test_ulysses_moves_repeated_kv_heads_and_copies_each_tensor_twice() -> None:
     assert copies == pytest.approx(8.0 * 32 * 128 * model.num_layers * 8192)
     assert LayoutCosts(QWEN, H100, lay)._ulysses_elements(LayoutCosts(QWEN, H100, lay).shards[0]) == (
         2 * QWEN.num_heads + 2 * QWEN.num_kv_heads) * QWEN.head_dim  # 8 KV heads: no repeat
+
+
+def test_zero2_reduces_every_micro_batch_under_deepspeed_and_once_under_megatron() -> None:
+    n, mbs = 4, 8  # 8 micro-batches per rank
+    seqs = np.full(n * mbs, 512)
+    sent = {}
+    for backend in ("fsdp", "megatron"):
+        lay = TrainLayout(dp=n, zero_stage=2, micro_batch_size=1, backend=backend)
+        costs = LayoutCosts(QWEN, H100, lay)
+        assert costs.reduces_every_microbatch == (backend == "fsdp")
+        sent[backend] = train_step(QWEN, H100, lay, seqs).comm_bytes
+    grads = (n - 1) / n * QWEN.num_params * 4 * n  # one fp32 reduce-scatter, every rank
+    assert sent["fsdp"] - sent["megatron"] == pytest.approx((mbs - 1) * grads, rel=1e-6)
+
+
+def test_zero2_offload_moves_each_micro_batch_partition_down_and_up() -> None:
+    lay = TrainLayout(dp=4, zero_stage=2, offload_optimizer=True)
+    costs = LayoutCosts(QWEN, H100, lay)
+    shard = costs.shards[0]
+    plain = LayoutCosts(QWEN, H100, lay.model_copy(update={"offload_optimizer": False}))
+    pcie = H100.accelerator.pcie_bandwidth_bytes_per_s
+    extra = costs._dp_traffic(shard, "reduce_scatter")[0] - plain._dp_traffic(shard, "reduce_scatter")[0]
+    assert extra == pytest.approx(2 * costs.resident_params(shard) * 4 / pcie)

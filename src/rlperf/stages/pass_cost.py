@@ -70,7 +70,10 @@ outermost, as Megatron-Core orders its process groups):
   backward of every micro-batch, unit by unit (each layer, and the root unit), one collective of
   the unit's size each (its own latency; the stage's weights split evenly over its units);
   reduce-scatter its gradients (``grad_dtype``) after every backward the same way (FSDP without
-  ``no_sync``, as verl's actor does). CPU-offloaded weights (ZeRO-Offload /
+  ``no_sync``, as verl's actor does); ZeRO-2 under the FSDP / DeepSpeed backend reduce-scatters
+  after every backward too (DeepSpeed reduces at every micro-step from stage 2; with
+  ZeRO-Offload each micro-batch's gradient partition then crosses PCIe down and, to accumulate
+  on the GPU, up), Megatron's distributed optimizer once per step. CPU-offloaded weights (ZeRO-Offload /
   FSDP ``CPUOffload``) cross PCIe on every pass the same way. Gathers are prefetched one unit
   (layer) ahead: the first unit's gather is exposed, the rest only where it outlasts the pass's
   compute; the gradient reduce-scatter overlaps the backward the same way when
@@ -560,6 +563,17 @@ class LayoutCosts:
         t, sent = self._dp_traffic(shard, "weight_gather")
         return overlap(t, compute_s, shard.num_layers + 1, sent)
 
+    @property
+    def reduces_every_microbatch(self) -> bool:
+        """Whether the gradients are reduce-scattered after every micro-batch's backward: ZeRO-3 /
+        FSDP, and ZeRO-2 as DeepSpeed and FSDP's ``SHARD_GRAD_OP`` run it (a rank keeps only its
+        partition of the gradients, so each backward's are reduced at once: DeepSpeed's
+        ``engine.allreduce_gradients`` "communicates during non gradient accumulation boundaries
+        as well" from stage 2). Megatron's distributed optimizer (ZeRO-1/2 here) and ZeRO-0/1
+        reduce once per optimizer step."""
+        lay = self.layout
+        return lay.zero_stage >= 3 or (lay.zero_stage == 2 and lay.backend == "fsdp")
+
     def grad_reduce(
         self, shard: StageShard, backward_s: np.ndarray | float, collective: Literal["reduce_scatter", "all_reduce"]
     ) -> Exposed:
@@ -605,7 +619,11 @@ class LayoutCosts:
             ops = self._gathers(shard, reduce_scatter if kind == "reduce_scatter" else all_reduce, g,
                                 units if kind == "reduce_scatter" else 1)
             if lay.offload_params or lay.offload_optimizer:
-                t += self.resident_params(shard) * g / pcie
+                # DeepSpeed ZeRO-2 with offload accumulates each micro-batch's partition on the GPU
+                # (stage_1_and_2.py, async_accumulate_grad_in_cpu_via_gpu): the host's sum comes
+                # up and goes back down; otherwise the partition goes down once
+                both_ways = self.reduces_every_microbatch and lay.zero_stage == 2 and lay.offload_optimizer
+                t += (2 if both_ways else 1) * self.resident_params(shard) * g / pcie
         t += sum(c.time_s for c in ops)
         sent += sum(c.bytes_sent_per_rank for c in ops)
         self._dp_comm[key] = (t, sent)

@@ -7,8 +7,10 @@ with its tp/cp/ep/pp communication and ZeRO-3 gathers (:mod:`rlperf.stages.pass_
 to its longest sequence without ``layout.packing``. The most loaded dp rank sets the step. Then:
 
 - **gradient reduction** over the data-parallel groups (dense weights over ``dp x cp``, experts
-  over ``dp x cp / ep``): ZeRO-3 reduce-scatters after every micro-batch's backward (FSDP without
-  ``no_sync``, counted per micro-batch); ZeRO-1/2 reduce-scatter and ZeRO-0 all-reduces once per
+  over ``dp x cp / ep``): ZeRO-3, and ZeRO-2 under the FSDP / DeepSpeed backend, reduce-scatter
+  after every micro-batch's backward (FSDP without ``no_sync``; DeepSpeed from stage 2; counted
+  per micro-batch, :attr:`rlperf.stages.pass_cost.LayoutCosts.reduces_every_microbatch`);
+  ZeRO-1 (and Megatron's distributed optimizer) reduce-scatter and ZeRO-0 all-reduces once per
   step, after the last micro-batch (Megatron DDP / distributed optimizer). With
   ``overlap_grad_comm`` the reduction hides behind that backward except its last bucket (one
   layer's gradients) and whatever of the rest outlasts the backward; without it, all of it is
@@ -158,10 +160,11 @@ def _step(costs: LayoutCosts, plan: MicroBatches, cpu_adam_params_per_s: float |
     tally = Tally()
     total, busy, bubble, last_bwd = _pipeline(costs, plan, tally, devices)
 
-    # Once per step: gradient reduction (ZeRO 0-2), parameter gather (ZeRO 1-2), optimizer.
+    # Once per step: gradient reduction (ZeRO 0-1, Megatron's ZeRO-2), parameter gather (ZeRO
+    # 1-2), optimizer.
     sync = gather = opt = 0.0
     for s, shard in enumerate(costs.shards):
-        if lay.zero_stage < 3:
+        if not costs.reduces_every_microbatch:
             red = costs.grad_reduce(shard, last_bwd[s], "all_reduce" if lay.zero_stage == 0 else "reduce_scatter")
             sync = max(sync, float(red.exposed_s))
             tally.comm_bytes += red.bytes_sent * devices * lay.dp
@@ -200,7 +203,7 @@ def _pipeline(
         bwd = costs.backward(shard, shapes, fwd)
         gather_f = costs.weight_gather(shard, fwd.compute_s)
         gather_b = costs.weight_gather(shard, bwd.compute_s)
-        if lay.zero_stage >= 3:
+        if costs.reduces_every_microbatch:
             rs = costs.grad_reduce(shard, bwd.compute_s, "reduce_scatter")
             rs_exposed, rs_sent = rs.exposed_s, rs.bytes_sent
         else:

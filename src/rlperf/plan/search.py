@@ -271,6 +271,12 @@ def search(
     4. it stops when nothing is left (the best is proven within the tolerance) or after
        ``top_k`` simulations per GPU count that can still win (recounted after each pruning;
        the rest are reported as not proven).
+
+    Plans whose responses are expected to lag more versions than ``max_staleness`` allows
+    (:meth:`rlperf.modes.Mode.expected_staleness`: streaming calls whose long responses span
+    several steps) wait until everything else is simulated or pruned: their simulation would
+    most likely refuse them, and the prediction is no proof, so with an unlimited budget they
+    are still simulated (the search stays exhaustive).
     """
     opts = opts or SearchOptions()
     mapper = mapper or local_mapper()

@@ -60,3 +60,18 @@ def test_plan_from_verl_predicts_the_users_config_beside_the_best(capsys: pytest
     assert user["label"].startswith("your plan") and user["step_time_s"] > 0
     assert best["step_time_s"] <= user["step_time_s"] * (1 + 1e-9) or user["source"] == "user"
     assert doc["import_report"]
+
+
+def test_python_dash_m_runs_the_registered_commands(tmp_path: Path) -> None:
+    """``python -m rlperf.cli.app`` runs the file as ``__main__``, a second module object whose
+    Typer has no commands (the ``*_cmd`` modules register on ``rlperf.cli.app``); it must still
+    reach them (it failed with 'Could not get a command for this Typer instance')."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run([sys.executable, "-m", "rlperf.cli.app", "hardware", "Z100"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr  # the hardware command ran and refused the GPU
+    assert proc.stderr.startswith("error:") and "gpu" in proc.stderr and "internal error" not in proc.stderr

@@ -130,4 +130,9 @@ def _interrupted() -> NoReturn:
 
 
 if __name__ == "__main__":
-    main()
+    # ``python -m rlperf.cli.app`` runs this file as ``__main__``, a second module object: the
+    # ``*_cmd`` modules register their commands on ``rlperf.cli.app.app``, not on this one, so an
+    # own ``main()`` here would find a Typer with no commands. Run the registered module's.
+    from rlperf.cli.app import main as registered_main
+
+    registered_main()

@@ -158,3 +158,17 @@ def test_cli_hardware_json_and_table() -> None:
     assert {r["accelerator"]["id"] for r in rows} == set(list_accelerators())
     table = runner.invoke(app, ["hardware"], env={"COLUMNS": "220"})
     assert table.exit_code == 0 and "h100_sxm" in table.output
+
+
+def test_shipped_data_reads_the_same_with_either_yaml_loader() -> None:
+    """The shipped catalog is read with libyaml's safe loader where PyYAML has it: it must give
+    the documents the pure Python safe loader gives."""
+    from importlib import resources
+
+    import yaml
+
+    from rlperf.specs import hardware_catalog
+
+    for name in ("hardware.yaml", "profiles.yaml"):
+        text = resources.files("rlperf").joinpath("data").joinpath(name).read_text(encoding="utf-8")
+        assert hardware_catalog._read_data(name) == yaml.load(text, Loader=yaml.SafeLoader)

@@ -112,3 +112,21 @@ def test_local_mapper_keeps_one_pool_and_the_order() -> None:
     pool = m._pool
     assert pool is not None
     assert m(abs, [-5, -6]) == [5, 6] and m._pool is pool
+
+
+def test_stage_shards_from_the_cache_are_the_fresh_ones() -> None:
+    from rlperf.catalog import load_model
+    from rlperf.stages.elementwise import EAGER
+    from rlperf.stages.shard import stage_shards
+
+    m = load_model("Qwen2.5-0.5B")
+    fresh = stage_shards.__wrapped__(m, 2, 2, 1, "value", False, None, EAGER)
+    assert stage_shards(m, 2, 2, 1, "value", False, None, EAGER) == fresh
+    assert stage_shards(m, 2, 2, 1, "value", False, None, EAGER) is stage_shards(m, 2, 2, 1, "value", False, None, EAGER)
+    assert stage_shards(m, 2, 2, 1, "logprobs", False, None, EAGER) != fresh
+
+
+def test_context_parallel_kind_is_the_layouts() -> None:
+    assert TrainLayout(cp=2, cp_kind="ulysses").ulysses and not TrainLayout(cp=2, cp_kind="ulysses").ring_attention
+    assert TrainLayout(cp=2, cp_kind="ring").ring_attention and not TrainLayout(cp=2, cp_kind="ring").ulysses
+    assert not TrainLayout(cp=1, cp_kind="ulysses").ulysses and not TrainLayout(cp=1, cp_kind="ring").ring_attention

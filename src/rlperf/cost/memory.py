@@ -330,7 +330,7 @@ def _tokens(
     _positive("micro_batch_tokens", micro_batch_tokens)
     _positive("seq_len", seq_len)
     s = seq_len if seq_len is not None else micro_batch_tokens
-    span = s / layout.cp if layout.cp_kind == "ring" else float(s)
+    span = s / layout.cp if layout.ring_attention else float(s)
     return micro_batch_tokens / layout.cp, span
 
 

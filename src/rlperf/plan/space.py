@@ -317,7 +317,7 @@ class MemoryRungs:
             # (ZeRO-1) in the frameworks that run them; FSDP + tp is rare (verl refuses it).
             # Data-parallel layouts keep ZeRO-3 (FSDP): a lower stage shortened the README
             # scenario's update by 0.2% and would key its stage costs by the placement too.
-            model_parallel = lay.tp > 1 or lay.pp > 1 or lay.ep > 1 or (lay.cp > 1 and lay.cp_kind == "ring")
+            model_parallel = lay.tp > 1 or lay.pp > 1 or lay.ep > 1 or lay.ring_attention
             if model_parallel:
                 fast = next((z for stage in (1, 2) if self._fits(z := fast.model_copy(update={"zero_stage": stage}), gpus)), fast)
             got = fast
@@ -336,7 +336,7 @@ class MemoryRungs:
 def layout_label(lay: TrainLayout) -> str:
     """``train tp1 pp1 cp1 mb16k`` and whatever differs from the safe rung's defaults."""
     parts = [f"train tp{lay.tp} pp{lay.pp} cp{lay.cp}"]
-    if lay.cp > 1 and lay.cp_kind == "ring":
+    if lay.ring_attention:
         parts.append("ring")
     if lay.virtual_stages > 1:
         parts.append(f"vpp{lay.virtual_stages}")

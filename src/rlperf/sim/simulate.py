@@ -357,8 +357,8 @@ class Simulator:
         state.kept_finish_s = fin_abs if len(fin_abs) == len(seq) else None
         # Completion order of the kept responses: fusion waves take them in this order.
         state.kept_order = np.argsort(fin_t, kind="stable") if len(fin_t) == len(seq) else np.arange(len(seq))
-        state.staleness.extend(int(it - v) for v in ver)
-        state.lagged_tokens.extend(int(t) for t in resp)
+        state.staleness.extend((it - np.asarray(ver, np.int64)).tolist())
+        state.lagged_tokens.extend(np.asarray(resp, np.int64).tolist())
 
     def _milestones(self, it: int, rnd: int, out: RolloutOutcome) -> tuple[tuple[float, str], ...]:
         if self.fusion is None or rnd != self.rounds - 1:

@@ -25,9 +25,15 @@ def normalize(name: str) -> str:
     return name.strip().lower().replace("-", "_").replace(" ", "_")
 
 
+# libyaml's safe loader where PyYAML has it (the same documents, about 10x faster than the pure
+# Python reader on these ~120 KB of shipped data: ~0.15 CPU-s of every command that reads a
+# profile); the pure Python one otherwise.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _read_data(filename: str) -> Any:
     text = resources.files("rlperf").joinpath("data").joinpath(filename).read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return yaml.load(text, Loader=_SAFE_LOADER)
 
 
 @lru_cache(maxsize=1)

@@ -110,6 +110,18 @@ class TrainLayout(Spec):
         """Expert data-parallel ranks over which ZeRO shards expert states: dp·cp·tp / (ep·etp)."""
         return max(1, self.dp * self.cp * self.tp // self.expert_shards)
 
+    @property
+    def ulysses(self) -> bool:
+        """Context parallelism as DeepSpeed-Ulysses runs it (cp > 1): all-to-alls that trade the
+        sequence split for a head split around attention."""
+        return self.cp > 1 and self.cp_kind == "ulysses"
+
+    @property
+    def ring_attention(self) -> bool:
+        """Context parallelism as ring attention runs it (cp > 1): each rank keeps its share of
+        the sequence and passes K/V blocks round the cp ring."""
+        return self.cp > 1 and self.cp_kind == "ring"
+
     def expert_grid_error(self) -> str | None:
         """Why ``ep x etp`` cannot tile the stage's dp·cp·tp ranks (None when it can)."""
         ranks = self.dp * self.cp * self.tp
@@ -197,7 +209,7 @@ def check_train_layout(model: ModelSpec, layout: TrainLayout, prefix: str = "lay
         _divides(f"{prefix}.virtual_stages", layout.pp * layout.virtual_stages, "num_layers", model.num_layers)
     if layout.pp > model.num_layers:
         raise SpecError(f"{prefix}.pp", f"{layout.pp} exceeds num_layers ({model.num_layers})")
-    if layout.cp_kind == "ulysses" and layout.cp > 1:
+    if layout.ulysses:
         _divides(f"{prefix}.cp", layout.cp * layout.tp, "num_heads (Ulysses splits heads)", model.num_heads)
     if layout.ep > 1:
         if model.moe is None:

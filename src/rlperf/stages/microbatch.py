@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import chain
 
 import numpy as np
 
@@ -54,9 +55,9 @@ class MicroBatches:
     @classmethod
     def of(cls, ranks: Sequence[Sequence[Sequence[int]]]) -> MicroBatches:
         """From ``ranks[r][j]``: the lengths of micro-batch ``j`` on rank ``r``."""
-        flat = [mb for rank in ranks for mb in rank]
-        lengths = np.fromiter((t for mb in flat for t in mb), np.int64)
-        sizes = np.fromiter((len(mb) for mb in flat), np.int64, len(flat))
+        flat = list(chain.from_iterable(ranks))
+        lengths = np.fromiter(chain.from_iterable(flat), np.int64)
+        sizes = np.fromiter(map(len, flat), np.int64, len(flat))
         rank_of = np.repeat(np.arange(len(ranks), dtype=np.int64), [len(rank) for rank in ranks])
         return cls(lengths, sizes, rank_of, len(ranks))
 
@@ -125,17 +126,21 @@ def _balance(seq_tokens: np.ndarray, num_ranks: int) -> list[list[int]]:
     assert num_ranks >= 1
     n = seq_tokens.size
     cap = [n // num_ranks + (1 if r < n % num_ranks else 0) for r in range(num_ranks)]
-    heap = [(0, r) for r in range(num_ranks) if cap[r] > 0]
-    heapq.heapify(heap)
+    # A rank's heap key is load x num_ranks + rank: one int orders as (load, rank) does (the
+    # least-loaded rank, ties to the lowest index) without a tuple per sequence. All loads start
+    # at 0, so the ranks in order are a heap.
+    heap = [r for r in range(num_ranks) if cap[r] > 0]
     parts: list[list[int]] = [[] for _ in range(num_ranks)]
+    replace, pop = heapq.heapreplace, heapq.heappop
     for length in np.sort(seq_tokens)[::-1].tolist():
-        load, r = heap[0]  # the least-loaded rank (ties: lowest index)
+        key = heap[0]
+        r = key % num_ranks
         part = parts[r]
         part.append(length)
         if len(part) < cap[r]:
-            heapq.heapreplace(heap, (load + length, r))
+            replace(heap, key + length * num_ranks)
         else:
-            heapq.heappop(heap)
+            pop(heap)
     return parts
 
 

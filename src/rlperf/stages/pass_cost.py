@@ -84,6 +84,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
@@ -158,6 +159,12 @@ class MicroBatchShapes:
         # Integer-valued pair counts: exact in float64 (and in any order) below 2^53.
         pairs = np.add.reduceat(lengths * (lengths + 1) / 2, plan.starts)
         return cls(plan.microbatch_tokens(), pairs, plan.sizes, most)
+
+    @cached_property
+    def distinct_tokens(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the distinct token counts, sorted; the index of each micro-batch's among them)."""
+        distinct, where = np.unique(self.tokens, return_inverse=True)
+        return distinct, where
 
     @classmethod
     def single(cls, seq_tokens: np.ndarray) -> MicroBatchShapes:
@@ -292,6 +299,7 @@ class LayoutCosts:
         # 3 GEMMs over d_qk and 2 over d_v (forward: 1 and 1), 2.5x the forward at d_qk = d_v
         self._flash_backward_flops_per_pair_layer = 2.0 * model.num_heads * (3 * model.q_head_dim + 2 * model.v_head_dim) / tp
         self._comm_cache: dict[tuple[int, bytes], CommUnits] = {}
+        self._spread_memo: dict[tuple[int, int], tuple[MicroBatchShapes, dict[str, np.ndarray]]] = {}
         self._dp_comm: dict[tuple[int, str], tuple[float, float]] = {}
         self._matmul = ceilings(cluster, layout.compute_dtype, "matmul")  # fp8 training: FP8 GEMMs
         self._gemms = {  # per stage: weight, rows per token, count of each distinct GEMM (columns)
@@ -438,7 +446,7 @@ class LayoutCosts:
         has fewer KV heads per rank (verl's Ulysses patch repeats them so that each rank gets
         whole heads); MLA's per-head keys and values as the stage's attention traffic."""
         lay, m = self.layout, self.model
-        if lay.cp == 1 or lay.cp_kind != "ulysses" or not shard.num_layers:
+        if not lay.ulysses or not shard.num_layers:
             return 0.0
         if m.mla is not None:
             return shard.attention_io_per_token / shard.num_layers
@@ -491,11 +499,11 @@ class LayoutCosts:
             tp = _total(ops, shard.num_layers)  # two per layer
             if shard.vocab_per_device:  # vocab-parallel log-softmax: max and sum, fp32 per token
                 head = _total([costs_each("all_reduce", cl, t * _FP32, self.tp_group)], 2)
-        if lay.cp > 1 and shard.num_layers:
-            if lay.cp_kind == "ring":
+        if shard.num_layers:
+            if lay.ring_attention:
                 send = p2p_each(cl, t * shard.ring_kv_per_token * _C, self.cp_same_node)
                 ring = np.stack((send.time_s, send.bytes_sent_per_rank))
-            else:
+            elif lay.ulysses:
                 moved = self._ulysses_elements(shard)  # q, k, v in and o out: 4 all-to-alls a layer
                 a2a = _total([costs_each("all_to_all", cl, t * moved / 4 * _C, self.cp_group)], 4 * shard.num_layers)
         if lay.ep > 1 and shard.num_moe_layers:
@@ -510,6 +518,20 @@ class LayoutCosts:
         self._comm_cache[key] = units
         return units
 
+    def _spread(self, shard: StageShard, mb: MicroBatchShapes) -> dict[str, np.ndarray]:
+        """Per kind of :class:`CommUnits`: rows (time, bytes), one column per micro-batch of
+        ``mb``. The collectives' times are not linear in the bytes (algorithm choice): each
+        distinct per-device token count is costed (all at once), then spread over the
+        micro-batches; a pass's forward and backward share it (memoized by ``mb``)."""
+        hit = self._spread_memo.get((shard.stage, id(mb)))
+        if hit is not None and hit[0] is mb:
+            return hit[1]
+        tokens, where = mb.distinct_tokens
+        units = self._units(shard, tokens / self.layout.cp)
+        u = {kind: getattr(units, kind)[:, where] for kind in ("tp", "tp_head", "ring", "a2a", "ep", "pp")}
+        self._spread_memo[(shard.stage, id(mb))] = (mb, u)
+        return u
+
     def _comm(
         self, shard: StageShard, mb: MicroBatchShapes, attention_s: np.ndarray, *, forward: bool, tp_passes: int,
         ring_passes: int, a2a_passes: int,
@@ -521,15 +543,10 @@ class LayoutCosts:
         if lay.tp == lay.cp == lay.ep == lay.pp == 1:  # nothing to send: skip the per-size units
             zero = np.zeros(t.shape)
             return {"tp_s": zero, "cp_s": zero, "ep_s": zero, "pp_s": zero, "comm_bytes": zero}
-        # The collectives' times are not linear in the bytes (algorithm choice): each distinct
-        # per-device token count is costed (all at once), then spread over the micro-batches.
-        sizes, where = np.unique(t, return_inverse=True)
-        units = self._units(shard, sizes)
-        u: dict[str, np.ndarray] = {  # per kind: rows (time, bytes), one column per micro-batch
-            kind: getattr(units, kind)[:, where] for kind in ("tp", "tp_head", "ring", "a2a", "ep", "pp")}
+        u = self._spread(shard, mb)
         cp_s = cp_b = np.zeros(t.shape)
         if lay.cp > 1 and n:
-            if lay.cp_kind == "ring":
+            if lay.ring_attention:
                 # each of the cp - 1 steps hides its send behind one block of attention
                 step = np.maximum(0.0, u["ring"][0] - attention_s / n / lay.cp)
                 cp_s = ring_passes * n * (lay.cp - 1) * step
@@ -634,7 +651,8 @@ class LayoutCosts:
         groups: list[tuple[float, CommGroup]] = [(shard.dense_params, self.shard_group)]
         if shard.expert_params:
             groups.append((shard.expert_params, self.expert_shard_group))
-        return [fn(self.cluster, params * elem_bytes / units, group) for params, group in groups for _ in range(units)]
+        # the units of a group are equal messages: cost one, repeat it (the sums add the same terms)
+        return [c for params, group in groups for c in [fn(self.cluster, params * elem_bytes / units, group)] * units]
 
 
 def _roof(flops: np.ndarray, num_bytes: np.ndarray, ceiling: tuple[float, float]) -> Roof:

@@ -34,6 +34,7 @@ the per-token work of a forward pass on one device of each stage:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from rlperf.cost.memory_params import kv_heads_per_device, stage_params
@@ -191,6 +192,9 @@ def _mlp(model: ModelSpec, layer: int, tp: int) -> tuple[float, float, int]:
     return weights, io, kernels
 
 
+# Memoized: a planner builds the stage models of one (model, tp, pp, ep) for every dp degree,
+# GPU count and micro-batch plan it costs, and the shards are frozen (specs are hashable).
+@lru_cache(maxsize=256)
 def stage_shards(
     model: ModelSpec, tp: int, pp: int, ep: int, head: Head = "logprobs", sequence_parallel: bool = True,
     etp: int | None = None, ops: ElementwiseKernels = FUSED,

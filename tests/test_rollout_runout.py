@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlperf.catalog import load_model
+from rlperf.stages import rollout_runout as runout
 from rlperf.specs.hardware_catalog import make_cluster
 from rlperf.specs.parallel import EngineLayout
 from rlperf.stages.rollout import RolloutOptions, RolloutRequests, RolloutResult, simulate_rollout
@@ -18,9 +19,6 @@ from rlperf.stages.rollout_step import Run, Runs, StepModel
 QWEN7 = load_model("Qwen2.5-7B")
 MOE = load_model("Qwen3-30B-A3B")
 H100 = make_cluster("H100", num_gpus=64)
-# A time limit no call reaches keeps the global event loop running to the end (it could stop),
-# so the same call goes event by event instead of through the run-out.
-EVENT_BY_EVENT = 1e12
 
 
 def assert_same(a: RolloutResult, b: RolloutResult) -> None:
@@ -63,8 +61,7 @@ def test_run_out_equals_event_by_event(
     model = MOE if moe else QWEN7
     opts = RolloutOptions(token_budget_per_request=token_budget, debug_checks=True)
     fast = simulate_rollout(model, H100, layout, req, opts, cap)
-    slow = simulate_rollout(model, H100, layout, req, opts.model_copy(update={"time_limit_s": EVENT_BY_EVENT}), cap)
-    assert not slow.stopped_early
+    slow = simulate_rollout(model, H100, layout, req, opts.model_copy(update={"event_by_event": True}), cap)
     assert_same(fast, slow)
 
 
@@ -79,8 +76,52 @@ def test_run_out_after_staggered_arrivals() -> None:
         opts = RolloutOptions(dispatch=dispatch)
         fast = simulate_rollout(QWEN7, H100, EngineLayout(replicas=3, max_num_seqs=32), req, opts, 200_000)
         slow = simulate_rollout(QWEN7, H100, EngineLayout(replicas=3, max_num_seqs=32), req,
-                                opts.model_copy(update={"time_limit_s": EVENT_BY_EVENT}), 200_000)
+                                opts.model_copy(update={"event_by_event": True}), 200_000)
         assert_same(fast, slow)
+        for stop in ({"time_limit_s": 25.0}, {"stop_after_num_finished": 150}):  # after the last arrival
+            stopped = opts.model_copy(update=stop)
+            fast = simulate_rollout(QWEN7, H100, EngineLayout(replicas=3, max_num_seqs=32), req, stopped, 200_000)
+            slow = simulate_rollout(QWEN7, H100, EngineLayout(replicas=3, max_num_seqs=32), req,
+                                    stopped.model_copy(update={"event_by_event": True}), 200_000)
+            assert fast.stopped_early
+            assert_same(fast, slow)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    groups=st.lists(
+        st.tuples(st.integers(1, 2000), st.lists(st.integers(1, 2000), min_size=1, max_size=4)),
+        min_size=1, max_size=30,
+    ),
+    replicas=st.integers(1, 4),
+    max_num_seqs=st.integers(1, 32),
+    kv=st.sampled_from([8_000, 30_000, None]),
+    token_budget=st.sampled_from([None, 300]),
+    stop=st.one_of(st.tuples(st.just("time_limit_s"), st.floats(0.01, 60.0)),
+                   st.tuples(st.just("stop_after_num_finished"), st.integers(1, 120))),
+    batch=st.sampled_from([1, 3, 1024]),
+)
+def test_run_out_to_a_stop_equals_event_by_event(
+    groups: list[tuple[int, list[int]]], replicas: int, max_num_seqs: int, kv: int | None,
+    token_budget: int | None, stop: tuple[str, float], batch: int,
+) -> None:
+    """A time limit or a finished-count stop: the run-out in batches of ``batch`` runs per
+    replica (set back to the stop) leaves every figure as the event-by-event loop does."""
+    prompt = [p for p, rs in groups for _ in rs]
+    response = [r for _, rs in groups for r in rs]
+    group = [g for g, (_, rs) in enumerate(groups) for _ in rs]
+    cap = None if kv is None else max(kv, max(p + r for p, r in zip(prompt, response)))
+    layout = EngineLayout(replicas=replicas, max_num_seqs=max_num_seqs, max_num_batched_tokens=2048)
+    req = RolloutRequests.build(prompt, response, group)
+    opts = RolloutOptions(token_budget_per_request=token_budget, debug_checks=True, **{stop[0]: stop[1]})
+    saved = runout.STOP_BATCH_RUNS
+    runout.STOP_BATCH_RUNS = batch
+    try:
+        fast = simulate_rollout(QWEN7, H100, layout, req, opts, cap)
+    finally:
+        runout.STOP_BATCH_RUNS = saved
+    slow = simulate_rollout(QWEN7, H100, layout, req, opts.model_copy(update={"event_by_event": True}), cap)
+    assert_same(fast, slow)
 
 
 coef = st.floats(0.0, 10.0, allow_nan=False)

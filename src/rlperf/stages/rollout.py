@@ -9,7 +9,7 @@ closed-form step costs of :mod:`rlperf.stages.rollout_step`, and returns a
 
 Cost grows with the number of requests: each request causes O(1) events (admission, join,
 completion; plus preemptions), each a few closed-form evaluations. Once every request has
-arrived and no stop is set, the replicas are independent and finish in a few vectorized
+arrived, the replicas are independent and finish (or reach the stop) in a few vectorized
 passes (:mod:`rlperf.stages.rollout_runout`), with the same result.
 """
 
@@ -29,7 +29,7 @@ from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout, check_engine_layout
 from rlperf.stages.rollout_engine import Book, Replica, ReplicaStats
 from rlperf.stages.rollout_requests import RolloutOptions, RolloutRequests
-from rlperf.stages.rollout_runout import run_out
+from rlperf.stages.rollout_runout import run_out, run_out_until
 from rlperf.stages.rollout_result import (
     RolloutResult,
     TimelineSegment,
@@ -220,10 +220,13 @@ def _drive(
             heapq.heappush(heap, (end, r.index, version[r.index]))
 
     while True:
-        if ptr == n and t_stop == math.inf and want is None:
-            # Every request has arrived and nothing will stop the call: no replica can
-            # affect another any more, so each runs out on its own (same result, faster).
-            run_out(replicas, debug)
+        if ptr == n and not opts.event_by_event:
+            # Every request has arrived: no replica can affect another any more, so each runs
+            # out on its own (same result, faster), up to the stop if one is set.
+            if t_stop == math.inf and want is None:
+                run_out(replicas, debug)
+            else:
+                t_stop = run_out_until(replicas, t_stop, want, debug)
             break
         while heap and heap[0][2] != version[heap[0][1]]:
             heapq.heappop(heap)

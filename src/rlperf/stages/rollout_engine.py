@@ -360,17 +360,20 @@ class Replica:
         self.stats.num_steps += m
         self.S += m
 
-    def plan_out(self, may_drain: bool, debug: bool) -> bool:
+    def plan_out(self, may_drain: bool, debug: bool, max_runs: int | None = None) -> bool:
         """Plan runs on integers into ``self.log`` (no times) from the current step, as
         committing and replanning event by event would, until idle (False) or, if
         ``may_drain``, until only decoding sequences are left (True: see
         :func:`rlperf.stages.rollout_runout.drain`). ``may_drain`` comes back on once the
         replica has been out of that state (after a failed drain, admissions must happen
-        first)."""
+        first). ``max_runs``: stop (False) once the log holds that many runs, never
+        draining."""
         log = self.log
         assert log is not None
         self.plan = None  # its run is planned again below, on integers
-        while self._plan_steps():
+        if max_runs is not None:
+            may_drain = False
+        while (max_runs is None or len(log.runs) < max_runs) and self._plan_steps():
             b, n, chunk = self.b, self.plan_n, self.plan_chunk
             log.runs.append((b, self.ctx_fixed + b * self.S, n, chunk, len(self.wave), self.wave_s_per_token,
                              self.wave_flops_per_token))
@@ -382,7 +385,7 @@ class Replica:
             decode_only = self.b > 0 and not self.wave and not self.waiting
             if decode_only and may_drain:
                 return True
-            may_drain = may_drain or not decode_only
+            may_drain = max_runs is None and (may_drain or not decode_only)
         return False
 
     def run_until(self, t_s: float, round_up: bool) -> None:

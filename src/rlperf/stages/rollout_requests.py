@@ -135,3 +135,7 @@ class RolloutOptions(Spec):
     profile's graph_kernel_launch_s instead of kernel_launch_s."""
     debug_checks: bool = False
     """Recompute KV usage from scratch and assert capacity and token invariants at every event."""
+    event_by_event: bool = False
+    """The reference path: advance the replicas event by event in global time order to the end,
+    even once nothing outside can reach them (the run-out gives the same result, faster; tests
+    compare the two)."""

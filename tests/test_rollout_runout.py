@@ -30,12 +30,25 @@ def assert_same(a: RolloutResult, b: RolloutResult) -> None:
             assert x == y, f.name
 
 
+def groups_of(longest: int, size: int, num_groups: int) -> st.SearchStrategy[list[tuple[int, list[int]]]]:
+    """Groups as (prompt, responses)."""
+    return st.lists(st.tuples(st.integers(1, longest), st.lists(st.integers(1, longest), min_size=1, max_size=size)),
+                    min_size=1, max_size=num_groups)
+
+
+def requests_of(groups: list[tuple[int, list[int]]], kv: int | None) -> tuple[RolloutRequests, int | None]:
+    """The requests of ``groups`` and a KV capacity of ``kv`` tokens, raised to hold the longest
+    alone (small caches preempt); None: the memory model's."""
+    prompt = [p for p, rs in groups for _ in rs]
+    response = [r for _, rs in groups for r in rs]
+    group = [g for g, (_, rs) in enumerate(groups) for _ in rs]
+    cap = None if kv is None else max(kv, max(p + r for p, r in zip(prompt, response)))
+    return RolloutRequests.build(prompt, response, group), cap
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    groups=st.lists(
-        st.tuples(st.integers(1, 3000), st.lists(st.integers(1, 3000), min_size=1, max_size=6)),
-        min_size=1, max_size=40,
-    ),
+    groups=groups_of(3000, 6, 40),
     replicas=st.integers(1, 4),
     tp_pp=st.sampled_from([(1, 1), (2, 1), (2, 2)]),
     max_num_seqs=st.integers(1, 64),
@@ -49,15 +62,11 @@ def test_run_out_equals_event_by_event(
     groups: list[tuple[int, list[int]]], replicas: int, tp_pp: tuple[int, int], max_num_seqs: int,
     budget: int, sharing: bool, kv: int | None, token_budget: int | None, moe: bool,
 ) -> None:
-    prompt = [p for p, rs in groups for _ in rs]
-    response = [r for _, rs in groups for r in rs]
-    group = [g for g, (_, rs) in enumerate(groups) for _ in rs]
-    cap = None if kv is None else max(kv, max(p + r for p, r in zip(prompt, response)))  # small caches preempt
+    req, cap = requests_of(groups, kv)
     layout = EngineLayout(
         tp=tp_pp[0], pp=tp_pp[1], replicas=replicas, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max(budget, max_num_seqs), prefix_sharing=sharing,
     )
-    req = RolloutRequests.build(prompt, response, group)
     model = MOE if moe else QWEN7
     opts = RolloutOptions(token_budget_per_request=token_budget, debug_checks=True)
     fast = simulate_rollout(model, H100, layout, req, opts, cap)
@@ -89,10 +98,7 @@ def test_run_out_after_staggered_arrivals() -> None:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    groups=st.lists(
-        st.tuples(st.integers(1, 2000), st.lists(st.integers(1, 2000), min_size=1, max_size=4)),
-        min_size=1, max_size=30,
-    ),
+    groups=groups_of(2000, 4, 30),
     replicas=st.integers(1, 4),
     max_num_seqs=st.integers(1, 32),
     kv=st.sampled_from([8_000, 30_000, None]),
@@ -107,12 +113,8 @@ def test_run_out_to_a_stop_equals_event_by_event(
 ) -> None:
     """A time limit or a finished-count stop: the run-out in batches of ``batch`` runs per
     replica (set back to the stop) leaves every figure as the event-by-event loop does."""
-    prompt = [p for p, rs in groups for _ in rs]
-    response = [r for _, rs in groups for r in rs]
-    group = [g for g, (_, rs) in enumerate(groups) for _ in rs]
-    cap = None if kv is None else max(kv, max(p + r for p, r in zip(prompt, response)))
+    req, cap = requests_of(groups, kv)
     layout = EngineLayout(replicas=replicas, max_num_seqs=max_num_seqs, max_num_batched_tokens=2048)
-    req = RolloutRequests.build(prompt, response, group)
     opts = RolloutOptions(token_budget_per_request=token_budget, debug_checks=True, **{stop[0]: stop[1]})
     saved = runout.STOP_BATCH_RUNS
     runout.STOP_BATCH_RUNS = batch

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from rlperf.specs.model import ModelSpec
 
@@ -110,6 +111,9 @@ def layer_params_on_device(
     return dense, b.experts / n / expert_shards
 
 
+# Memoized: the memory checks and stage models of a planner ask for the same (model, tp, pp,
+# ep) stages at every dp degree and micro-batch plan; the result is frozen (specs hash).
+@lru_cache(maxsize=256)
 def stage_params(model: ModelSpec, tp: int, pp: int, expert_shards: int) -> tuple[StageParams, ...]:
     """Per-device parameters of every pipeline stage (index = stage)."""
     vocab_rows = model.vocab_size * model.token_embedding_size / tp  # embedding or LM head, vocab-parallel

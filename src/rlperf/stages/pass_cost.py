@@ -299,7 +299,9 @@ class LayoutCosts:
         # 3 GEMMs over d_qk and 2 over d_v (forward: 1 and 1), 2.5x the forward at d_qk = d_v
         self._flash_backward_flops_per_pair_layer = 2.0 * model.num_heads * (3 * model.q_head_dim + 2 * model.v_head_dim) / tp
         self._comm_cache: dict[tuple[int, bytes], CommUnits] = {}
-        self._spread_memo: dict[tuple[int, int], tuple[MicroBatchShapes, dict[str, np.ndarray]]] = {}
+        # per stage, the last micro-batch plan's spread collectives and GEMM time (its backward follows)
+        self._spread_memo: dict[int, tuple[MicroBatchShapes, dict[str, np.ndarray]]] = {}
+        self._gemm_memo: dict[int, tuple[MicroBatchShapes, np.ndarray]] = {}
         self._dp_comm: dict[tuple[int, str], tuple[float, float]] = {}
         self._matmul = ceilings(cluster, layout.compute_dtype, "matmul")  # fp8 training: FP8 GEMMs
         self._gemms = {  # per stage: weight, rows per token, count of each distinct GEMM (columns)
@@ -327,7 +329,7 @@ class LayoutCosts:
         """Forward of each of ``mb`` on one device of ``shard``'s stage, with its communication."""
         cl, t = self.cluster, self._tokens(mb)
         weights = shard.params * _C
-        lin = self._linear(shard, t, 1, weights + shard.matmul_io_per_token * t * _C)
+        lin = self._linear(shard, mb, 1, weights + shard.matmul_io_per_token * t * _C)
         lin = self._with_adapters(shard, lin, t, 2.0)
         attn = self._attention(shard, mb, backward=False)
         elem = self._elementwise(shard, t, LOGIT_PASSES_FORWARD, 1)
@@ -349,7 +351,7 @@ class LayoutCosts:
         g = bytes_per(lay.grad_dtype)
         frozen = self._adapters[shard.stage] > 0  # LoRA: no weight gradients for the base weights
         weights = shard.params * (_C + (0 if frozen else 2 * g))  # read weights for dgrad; accumulate weight grads
-        lin = self._linear(shard, t, 1 if frozen else 2, weights + (1 if frozen else 2) * shard.matmul_io_per_token * t * _C)
+        lin = self._linear(shard, mb, 1 if frozen else 2, weights + (1 if frozen else 2) * shard.matmul_io_per_token * t * _C)
         lin = self._with_adapters(shard, lin, t, 4.0)
         attn_f = self._attention(shard, mb, backward=False)
         attn = self._attention(shard, mb, backward=True)
@@ -410,16 +412,28 @@ class LayoutCosts:
         host: np.ndarray = self._host_units(shard) * self._host_per_layer_s + extra * per_kernel_host
         return launch, host
 
-    def _linear(self, shard: StageShard, t: np.ndarray, passes: int, num_bytes: np.ndarray) -> Roof:
+    def _linear(self, shard: StageShard, mb: MicroBatchShapes, passes: int, num_bytes: np.ndarray) -> Roof:
         """The stage's weight matmuls over ``t`` tokens per device, ``passes`` times (1 forward;
         2 backward: data and weight gradients): each distinct GEMM ``g`` (``count_g`` of them,
         ``rows_g = rows per token x t``, weight ``w_g``) takes ``2 rows_g w_g / (C f(2 rows_g w_g))``
-        of compute, ``C`` the large-GEMM FLOP/s; the traffic ``num_bytes`` at HBM bandwidth."""
+        of compute, ``C`` the large-GEMM FLOP/s; the traffic ``num_bytes`` at HBM bandwidth
+        (``t``: the tokens per device of ``mb``)."""
+        t = self._tokens(mb)
         flops = 2 * passes * shard.matmul_params_per_token * t
-        w, rows_per_token, count = self._gemms[shard.stage]
-        work = 2 * w * rows_per_token * t[None, :]  # (gemm, micro-batch)
-        compute_s = passes * (count * work / matmul_size_factor(self.cluster.profile, work)).sum(axis=0) / self._matmul[0]
+        compute_s = passes * self._gemm_flops_at_rate(shard, mb) / self._matmul[0]
         return Roof(flops, num_bytes, np.maximum(compute_s, num_bytes / self._matmul[1]))
+
+    def _gemm_flops_at_rate(self, shard: StageShard, mb: MicroBatchShapes) -> np.ndarray:
+        """``sum_g count_g work_g / f(work_g)`` for each of ``mb`` (one pass of the stage's
+        GEMMs, in large-GEMM FLOPs): forward and backward share it (memoized by ``mb``)."""
+        hit = self._gemm_memo.get(shard.stage)
+        if hit is not None and hit[0] is mb:
+            return hit[1]
+        w, rows_per_token, count = self._gemms[shard.stage]
+        work = 2 * w * rows_per_token * self._tokens(mb)[None, :]  # (gemm, micro-batch)
+        total: np.ndarray = (count * work / matmul_size_factor(self.cluster.profile, work)).sum(axis=0)
+        self._gemm_memo[shard.stage] = (mb, total)
+        return total
 
     def _with_adapters(self, shard: StageShard, lin: Roof, t: np.ndarray, flops_per_param: float) -> Roof:
         """``lin`` plus the LoRA adapters' GEMMs (``flops_per_param`` FLOPs per adapter parameter
@@ -523,13 +537,13 @@ class LayoutCosts:
         ``mb``. The collectives' times are not linear in the bytes (algorithm choice): each
         distinct per-device token count is costed (all at once), then spread over the
         micro-batches; a pass's forward and backward share it (memoized by ``mb``)."""
-        hit = self._spread_memo.get((shard.stage, id(mb)))
+        hit = self._spread_memo.get(shard.stage)
         if hit is not None and hit[0] is mb:
             return hit[1]
         tokens, where = mb.distinct_tokens
         units = self._units(shard, tokens / self.layout.cp)
         u = {kind: getattr(units, kind)[:, where] for kind in ("tp", "tp_head", "ring", "a2a", "ep", "pp")}
-        self._spread_memo[(shard.stage, id(mb))] = (mb, u)
+        self._spread_memo[shard.stage] = (mb, u)
         return u
 
     def _comm(

@@ -373,7 +373,12 @@ class Replica:
         self.plan = None  # its run is planned again below, on integers
         if max_runs is not None:
             may_drain = False
-        while (max_runs is None or len(log.runs) < max_runs) and self._plan_steps():
+        limit = (1 << 62) if max_runs is None else max_runs
+        while True:
+            if self.blocked and self.b and not self.wave and self._plan_storm(log, limit, debug):
+                may_drain = max_runs is None  # the storm's runs leave requests waiting
+            if len(log.runs) >= limit or not self._plan_steps():
+                break
             b, n, chunk = self.b, self.plan_n, self.plan_chunk
             log.runs.append((b, self.ctx_fixed + b * self.S, n, chunk, len(self.wave), self.wave_s_per_token,
                              self.wave_flops_per_token))
@@ -387,6 +392,69 @@ class Replica:
                 return True
             may_drain = max_runs is None and (may_drain or not decode_only)
         return False
+
+    def _plan_storm(self, log: RunLog, limit: int, debug: bool) -> bool:
+        """Plan the runs of a preemption storm into ``log`` (at most ``limit`` runs in all);
+        True if it planned any. While the replica is blocked (admission waits for a
+        completion) with no wave in flight, every run ends where the KV cache is full, before
+        the next completion, and its events are the preemptions alone (vLLM evicts the newest
+        sequence until the next step fits). This is :meth:`plan_out`'s loop for exactly those
+        runs (:meth:`_plan_steps`, :meth:`_advance`, :meth:`events`, :meth:`_preempt`,
+        :meth:`_leave`), written out on local variables: a storm runs one to ten of them per
+        completion (the fully-async DAPO 30B-A3B calls: 24k-58k)."""
+        bk = self.book
+        status, order, generated, join_step = bk.status, bk.order, bk.generated, bk.join_step
+        prompt, private_kv, group = bk.prompt, bk.private_kv, bk.group
+        heap, stack, waiting, resident, sharing = self.heap, self.stack, self.waiting, self.group_resident, self.sharing
+        runs, ends, finished = log.runs, log.ends, log.finished
+        cap, S, b, ctx_fixed, kv_fixed = self.cap, self.S, self.b, self.ctx_fixed, self.kv_fixed
+        wave_s, wave_flops = self.wave_s_per_token, self.wave_flops_per_token
+        steps = decoded = preempted = 0
+        while b and len(runs) < limit:
+            top = heap[0]
+            while status[top[2]] != DECODING or order[top[2]] != top[1]:
+                heapq.heappop(heap)
+                top = heap[0]
+            n = (cap - kv_fixed - b * S) // b
+            if n >= top[0] - S:  # a completion is due first (or with the overflow): plan_out's loop
+                break
+            runs.append((b, ctx_fixed + b * S, n, 0, 0, wave_s, wave_flops))
+            S += n
+            steps += n
+            decoded += b * n
+            while b and kv_fixed + b * (S + 1) > cap:
+                i = stack.pop()
+                while status[i] != DECODING:
+                    i = stack.pop()
+                j = join_step[i]
+                gen = generated[i] + S - j
+                generated[i] = gen
+                b -= 1
+                ctx_fixed -= prompt[i] + gen - S
+                kv_fixed -= private_kv[i] - j
+                if sharing:
+                    g = group[i]
+                    left = resident[g] - 1
+                    if left:
+                        resident[g] = left
+                    else:
+                        del resident[g]
+                        kv_fixed -= prompt[i]
+                status[i] = WAITING
+                waiting.appendleft(i)
+                preempted += 1
+            self.S, self.b, self.ctx_fixed, self.kv_fixed = S, b, ctx_fixed, kv_fixed
+            if not b:  # events() ends with the replica idle: unblocked, it admits
+                self.blocked = False
+                self._admit()
+            ends.append(len(finished))
+            if debug:
+                self.check()
+        st = self.stats
+        st.decode_tokens += decoded
+        st.num_steps += steps
+        st.preemptions += preempted
+        return steps > 0
 
     def run_until(self, t_s: float, round_up: bool) -> None:
         """Commit the steps of the plan done by ``t_s`` (``round_up``: through the step that

@@ -84,6 +84,23 @@ def test_batch1_decode_streams_the_weights_at_the_profile_rate() -> None:
     )
 
 
+def test_paged_kv_cache_is_read_at_the_paged_kernel_rate_and_a_static_batch_at_the_streaming_rate() -> None:
+    """A memory-bound long-context step: weights at decode_hbm_efficiency plus the KV cache at
+    decode_kv_hbm_efficiency (continuous batching: paged decode attention) or, for a static
+    batch's contiguous cache, at decode_hbm_efficiency (module docstring)."""
+    acc, prof = H100.accelerator, H100.profile
+    assert prof.decode_kv_hbm_efficiency < prof.decode_hbm_efficiency  # the shipped figures
+    b, ctx = 16, 16 * 8_000
+    weights = QWEN7.matmul_params_per_token * 2
+    kv = (ctx + b) * QWEN7.kv_bytes_per_token("bf16")
+    for batching, kv_eff in (("continuous", prof.decode_kv_hbm_efficiency), ("static", prof.decode_hbm_efficiency)):
+        step = StepModel.build(QWEN7, DEVICE, EngineLayout(tp=1, batching=batching))
+        run = step.run(b, ctx, 0, 0.0)
+        memory = weights / (acc.hbm_bandwidth_bytes_per_s * prof.decode_hbm_efficiency) + kv / (acc.hbm_bandwidth_bytes_per_s * kv_eff)
+        assert run.m0 == pytest.approx(memory, rel=1e-12)
+        assert run.m1 == pytest.approx(b * QWEN7.kv_bytes_per_token("bf16") / (acc.hbm_bandwidth_bytes_per_s * kv_eff), rel=1e-12)
+
+
 def test_large_batch_decode_is_compute_bound() -> None:
     step = StepModel.build(QWEN7, H100, EngineLayout(tp=1))
     b = 4096

@@ -22,6 +22,7 @@ BASE = make_cluster("h100_sxm", num_gpus=8)
 ODD: dict[str, float] = {
     "weight_sync_tensor_overhead_s": 0.05, "weight_sync_bucket_overhead_s": 0.5,
     "engine_load_tensor_overhead_s": 0.02, "engine_load_param_walk_s": 1e-4, "decode_hbm_efficiency": 0.11,
+    "decode_kv_hbm_efficiency": 0.13,
     "engine_step_overhead_s": 0.07,
     "engine_layer_overhead_s": 0.003, "engine_seq_overhead_s": 0.001, "moe_routing_imbalance": 3.0,
     "moe_expert_read_half_bytes": 5e7, "moe_a2a_nic_efficiency": 0.05,

@@ -4,7 +4,7 @@ What is fitted: *generic* parameters of the HardwareProfile of **every** acceler
 per case or per accelerator); the sync and host figures each belong to one mechanism (a transfer
 path, a training backend):
 
-- ``decode`` scales ``decode_hbm_efficiency`` (how close the rollout's decode steps get to HBM
+- ``decode`` scales ``decode_hbm_efficiency`` and ``decode_kv_hbm_efficiency`` (how close the rollout's decode steps get to HBM
   bandwidth: engine and kernel quality);
 - ``compute`` scales ``matmul_efficiency``, ``matmul_efficiency_by_dtype`` and
   ``attention_efficiency`` (how close prefill, forward and training passes get to peak FLOP/s;
@@ -91,7 +91,7 @@ FACTORS: tuple[float, ...] = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.15, 1.3)
 """Grid searched for every scale factor (a fraction scaled above 1 is capped at 1)."""
 
 PARAMS: dict[str, Param] = {
-    "decode": Param("scale", ("decode_hbm_efficiency",), FACTORS),
+    "decode": Param("scale", ("decode_hbm_efficiency", "decode_kv_hbm_efficiency"), FACTORS),
     "compute": Param(
         "scale", ("matmul_efficiency", "matmul_efficiency_by_dtype", "attention_efficiency"), FACTORS
     ),

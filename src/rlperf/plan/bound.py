@@ -112,7 +112,7 @@ class Bounder:
             mm = step.decode_linear_flops_per_token * tokens / step.matmul_flops_per_s * engine.tp
             p, r = prompt.astype(np.float64), target.astype(np.float64)
             ctx_reads = float(np.sum(p * r + 0.5 * r * r))
-            kv = ctx_reads * step.kv_bytes_per_token_per_gpu * engine.tp / step.hbm_bytes_per_s
+            kv = ctx_reads * step.kv_bytes_per_token_per_gpu * engine.tp / step.kv_hbm_bytes_per_s
             steps = decode_steps_floor_s(step, resp, engine.max_num_seqs) * engine.tp * engine.pp
             i = int(np.argmax(resp))
             pre, dec = solo_times_s(step, prompt[i : i + 1], np.maximum(resp[i : i + 1] - 1, 0),

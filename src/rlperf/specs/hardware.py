@@ -81,7 +81,7 @@ SYNC_ONLY_FIELDS: frozenset[str] = frozenset(
 """HardwareProfile fields only the weight sync reads (rlperf.stages.weight_sync)."""
 
 ROLLOUT_ONLY_FIELDS: frozenset[str] = frozenset(
-    {"decode_hbm_efficiency", "engine_step_overhead_s", "engine_layer_overhead_s", "engine_seq_overhead_s",
+    {"decode_hbm_efficiency", "decode_kv_hbm_efficiency", "engine_step_overhead_s", "engine_layer_overhead_s", "engine_seq_overhead_s",
      "moe_routing_imbalance", "moe_expert_read_half_bytes", "moe_a2a_nic_efficiency"}
 )
 """HardwareProfile fields only the rollout engine reads (rlperf.stages.rollout_step): a
@@ -102,7 +102,9 @@ class HardwareProfile(Spec):
     matmul_efficiency_by_dtype: dict[str, Fraction] = Field(default_factory=dict)
     attention_efficiency: float = Field(default=0.332, gt=0, le=1)  # flash attention fwd, achieved/peak
     hbm_efficiency: float = Field(default=0.835, gt=0, le=1)  # achieved/peak memory bandwidth (STREAM)
-    decode_hbm_efficiency: float = Field(default=0.725, gt=0, le=1)  # end-to-end decode (weights + KV)
+    decode_hbm_efficiency: float = Field(default=0.725, gt=0, le=1)  # end-to-end decode (weights streamed)
+    # paged decode attention reading the KV cache (continuous-batching engines), achieved/peak
+    decode_kv_hbm_efficiency: float = Field(default=0.536, gt=0, le=1)
     intra_node_efficiency: float = Field(default=0.77, gt=0, le=1.2)  # ring busbw / link spec
     # NVLink SHARP all-reduce: algorithm bandwidth / per-direction spec (None: no NVLS)
     nvls_allreduce_efficiency: float | None = Field(default=None, gt=0, le=1)

@@ -13,7 +13,9 @@ count, or "unset" where no figure is published. The terms inside the max are rep
 are; ``bound`` says which side of the max sets the step.
 
     compute = b · 2·(matmul weights) / (tp · peak · matmul_eff) + (C + b) · attention FLOPs per pair / (tp · peak · attention_eff)
-    memory  = (dense weights + experts read · (one expert + s_half) + (C + b) · KV per token) / (HBM · decode_hbm_efficiency)
+    memory  = (dense weights + experts read · (one expert + s_half)) / (HBM · decode_hbm_efficiency)
+              + (C + b) · KV per token / (HBM · decode_kv_hbm_efficiency)   (paged KV cache; a static
+              batch's contiguous cache at decode_hbm_efficiency)
 
 ``rlperf simulate`` prints it for a representative step of the scenario's rollout.
 """
@@ -118,8 +120,11 @@ def decode_step_breakdown(
                 f"s / (s + s_half), s = {slice_bytes / 1e6:.2f} MB per expert, layer and GPU; "
                 f"{_prov(cluster, 'moe_expert_read_half_bytes')}",
             ))
-    terms.append(StepTerm("KV cache read", (ctx + b) * step.kv_bytes_per_token_per_gpu / step.hbm_bytes_per_s / mb,
-                          "memory", hbm_src))
+    kv_src = (f"{acc.id} HBM {acc.hbm_bandwidth_bytes_per_s / 1e12:.2f} TB/s (hardware.yaml) x "
+              f"{_prov(cluster, 'decode_kv_hbm_efficiency')} (paged decode attention)"
+              if layout.batching == "continuous" else f"{hbm_src} (contiguous cache of a static batch)")
+    terms.append(StepTerm("KV cache read", (ctx + b) * step.kv_bytes_per_token_per_gpu / step.kv_hbm_bytes_per_s / mb,
+                          "memory", kv_src))
     ops, kernels = step_ops(model, layout)
     count = (f"{model.num_layers} layers x {layout.eager_ops_per_layer} ops (EngineLayout.eager_ops_per_layer)"
              if layout.eager_ops_per_layer is not None else

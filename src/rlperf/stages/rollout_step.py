@@ -14,9 +14,11 @@ micro-batches in flight the token-proportional terms divide by their number, see
     step   = device + host                  (the engine schedules between steps: vLLM V0/V1)
            = max(device, host)              (overlap scheduling: SGLang, vLLM async scheduling)
     compute = linear FLOPs / (tp · peak · matmul_eff) + attention FLOPs / (tp · peak · attention_eff)
-    memory  = (streamed weight bytes + KV bytes read + KV bytes written) per GPU
-              / (HBM bandwidth · decode_hbm_efficiency)
+    memory  = streamed weight bytes per GPU / (HBM bandwidth · decode_hbm_efficiency)
               (a routed expert's slice s costs s + s_half: the grouped GEMM's size curve)
+              + (KV bytes read + KV bytes written) per GPU / (HBM bandwidth · kv_eff)
+    kv_eff  = decode_kv_hbm_efficiency  (paged KV cache: continuous batching, vLLM/SGLang)
+            = decode_hbm_efficiency     (one contiguous cache per sequence: static batches)
     communication = 2·L all-reduces of the step's activations over the tp group (after the
                     attention and the MLP of every layer, Megatron TP; Shoeybi et al. 2019),
                     or, under data-parallel attention, a dispatch and a combine all-to-all per
@@ -139,6 +141,18 @@ large-slice rate times ``s / (s + s_half)`` with ``s_half = moe_expert_read_half
 MB; profiles.yaml has the sweeps). A touched slice therefore costs ``s + s_half`` bytes at the
 decode bandwidth (:meth:`StepModel.weight_read_s`); the HBM traffic stays ``s``.
 
+The KV cache does not stream at the weights' rate. ``decode_hbm_efficiency`` is an end-to-end
+decode figure of a batch-1 step (gpt-fast), i.e. of large contiguous weight matrices; the KV
+cache of a continuous-batching engine is read by a paged decode-attention kernel that gathers
+each sequence's blocks through its block table, one (sequence, KV head) tile at a time.
+Published kernel sweeps of those kernels reach less of the HBM peak: FlashAttention-3's paged
+decode (vLLM V1's and verl's SGLang backend on Hopper) 0.54-0.55 on an H100 (page 8, 2-4k
+tokens), 0.27 with its default tiles and 0.46 with tuned ones on an H20 (page 128, 16k tokens),
+FlashInfer's tensor-core decode 0.84 on the same H20 batch (flash-attention#1572); the median,
+0.536, is the profile's generic ``decode_kv_hbm_efficiency`` (profiles.yaml). A static batch
+(HF ``generate``, DeepSpeed's hybrid engine) keeps one contiguous cache per sequence and reads
+it at ``decode_hbm_efficiency``.
+
 KV bytes per GPU: the KV heads a tp rank holds (:func:`rlperf.cost.memory_params.kv_heads_per_device`,
 the same count the memory model uses: split up to ``num_kv_heads`` ways, replicated beyond;
 MLA's latent is whole on every rank).
@@ -195,7 +209,7 @@ class StepModel:
     # rates (per stage's tp GPUs; stages run one after the other)
     matmul_flops_per_s: float
     attention_flops_per_s: float
-    hbm_bytes_per_s: float  # one GPU, decode streaming
+    hbm_bytes_per_s: float  # one GPU, decode streaming of the weights
     # bytes per GPU summed over the pp stages
     dense_weight_bytes_per_gpu: float  # all streamed weights except routed experts
     expert_bytes_per_gpu: float  # one routed expert in every MoE layer (its 1/tp share if ep = 1)
@@ -216,6 +230,8 @@ class StepModel:
     routing_imbalance: float = 1.0  # busiest rank's touched experts over the uniform-routing figure
     vocab_size: int = 0
     sampler_s_per_seq: float = 0.0  # sampler HBM time per sampled sequence
+    # one GPU reading and writing the KV cache (paged decode attention; see the module docstring)
+    kv_hbm_bytes_per_s: float = 0.0
     host_s_per_seq: float = 0.0  # host-side engine cost per sequence of a step
     overlap: bool = False  # host work overlaps the device step (max) instead of adding to it
     # communication, filled lazily per token count
@@ -244,6 +260,9 @@ class StepModel:
         launch_s = prof.graph_kernel_launch_s
         moe = model.moe
         hbm = acc.hbm_bandwidth_bytes_per_s * prof.decode_hbm_efficiency
+        # a paged KV cache (continuous batching) is read at the paged decode kernels' rate
+        paged = layout.batching == "continuous"
+        kv_hbm = acc.hbm_bandwidth_bytes_per_s * prof.decode_kv_hbm_efficiency if paged else hbm
         whole_experts = moe is not None and layout.ep > 1
         expert_ranks = max(1, layout.ep // pp) if whole_experts else 1
         dp = layout.dp_attention
@@ -261,6 +280,7 @@ class StepModel:
             matmul_flops_per_s=tp * peak * prof.matmul_eff(layout.dtype),
             attention_flops_per_s=tp * peak * prof.attention_efficiency,
             hbm_bytes_per_s=hbm,
+            kv_hbm_bytes_per_s=kv_hbm,
             dense_weight_bytes_per_gpu=streamed_dense * wbytes / shard,
             expert_bytes_per_gpu=expert_params * wbytes / (1 if whole_experts else tp),
             expert_extra_bytes_per_gpu=(prof.moe_expert_read_half_bytes or 0.0) * (model.num_moe_layers if moe else 0),
@@ -458,7 +478,7 @@ class StepModel:
         """The parts of :meth:`_coefficients` that do not depend on the context."""
         n_tok = b + _ceil(c)
         mb = self.num_microbatches(b + num_prefill_seqs)
-        kv_s = self.kv_bytes_per_token_per_gpu / self.hbm_bytes_per_s / mb
+        kv_s = self.kv_bytes_per_token_per_gpu / self.kv_hbm_bytes_per_s / mb
         attn_s = self.attention_flops_per_pair / self.attention_flops_per_s / mb
         c0 = b * self.decode_linear_flops_per_token / self.matmul_flops_per_s / mb
         weights_s = self.weight_read_s(-(-n_tok // mb))

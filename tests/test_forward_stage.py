@@ -45,6 +45,32 @@ def test_first_fit_decreasing_leaves_at_most_one_bin_half_empty(seqs: np.ndarray
     assert sum(1 for b in bins if 2 * b.sum() <= budget) <= 1
 
 
+@given(lengths, st.integers(1, 8192))
+def test_first_fit_decreasing_is_the_plain_first_fit(seqs: np.ndarray, budget: int) -> None:
+    # The packer finds the first bin with room through two heaps keyed by one int each; the
+    # plain definition scans the bins in order.
+    bins: list[list[int]] = []
+    for t in sorted(seqs.tolist(), reverse=True):
+        home = next((b for b in bins if budget - sum(b) >= t), None)
+        if home is None:
+            bins.append([t])
+        else:
+            home.append(t)
+    assert [b.tolist() for b in by_token_budget(seqs, budget)] == bins
+
+
+@given(lengths, st.integers(1, 16))
+def test_balance_is_the_plain_longest_first_greedy(seqs: np.ndarray, ranks: int) -> None:
+    # Each sequence, longest first, to the least-loaded rank with room (ties: lowest index).
+    n = seqs.size
+    cap = [n // ranks + (1 if r < n % ranks else 0) for r in range(ranks)]
+    parts: list[list[int]] = [[] for _ in range(ranks)]
+    for t in sorted(seqs.tolist(), reverse=True):
+        r = min((r for r in range(ranks) if len(parts[r]) < cap[r]), key=lambda r: (sum(parts[r]), r))
+        parts[r].append(t)
+    assert [p.tolist() for p in balance_over_ranks(seqs, ranks)] == parts
+
+
 @given(lengths, st.integers(1, 16))
 def test_balance_equal_counts_and_all_sequences_kept(seqs: np.ndarray, ranks: int) -> None:
     parts = balance_over_ranks(seqs, ranks)

@@ -130,3 +130,23 @@ def test_context_parallel_kind_is_the_layouts() -> None:
     assert TrainLayout(cp=2, cp_kind="ulysses").ulysses and not TrainLayout(cp=2, cp_kind="ulysses").ring_attention
     assert TrainLayout(cp=2, cp_kind="ring").ring_attention and not TrainLayout(cp=2, cp_kind="ring").ulysses
     assert not TrainLayout(cp=1, cp_kind="ulysses").ulysses and not TrainLayout(cp=1, cp_kind="ring").ring_attention
+
+
+def test_shared_layout_costs_give_what_a_fresh_instance_gives() -> None:
+    from rlperf.catalog import load_model
+    from rlperf.specs.hardware_catalog import make_cluster
+    from rlperf.stages.microbatch import microbatches_for
+    from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes
+
+    m, cl = load_model("Qwen2.5-0.5B"), make_cluster("H100", num_gpus=8)
+    lay = TrainLayout(dp=2, tp=2, pp=2, max_tokens_per_microbatch=4096)
+    shared = LayoutCosts.of(m, cl, lay)
+    assert LayoutCosts.of(m, cl, lay) is shared and LayoutCosts.of(m, cl, lay, "value") is not shared
+    for seed in (1, 2):  # the second batch meets the shared instance's warm caches
+        shapes = MicroBatchShapes.of(microbatches_for(np.random.default_rng(seed).integers(50, 3000, 64), lay))
+        fresh = LayoutCosts(m, cl, lay)
+        for a, b in zip(shared.shards, fresh.shards):
+            fa, fb = shared.forward(a, shapes), fresh.forward(b, shapes)
+            for x, y in ((fa, fb), (shared.backward(a, shapes, fa), fresh.backward(b, shapes, fb))):
+                assert all(np.array_equal(getattr(x, f.name), getattr(y, f.name))
+                           for f in dataclasses.fields(x))

@@ -36,6 +36,7 @@ from abc import ABC, abstractmethod
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from rlperf.cost.lora import stage_adapter_params
 from rlperf.cost.memory_activations import (
@@ -244,18 +245,20 @@ def _state_bytes(st: StageParams, lay: TrainLayout, per_param_bytes: float, shar
 
 def _layer_activations(
     model: ModelSpec, lay: TrainLayout, st: StageParams, span: float, flash: bool
-) -> list[LayerActivations]:
-    return [
-        layer_activations(
-            model,
-            i,
-            tp=lay.tp,
-            sequence_parallel=lay.sequence_parallel,
-            seq_len=span,
-            flash_attention=flash,
-        )
-        for i in st.layers
-    ]
+) -> tuple[LayerActivations, ...]:
+    return _stage_layer_activations(model, st.layers, lay.tp, lay.sequence_parallel, span, flash)
+
+
+# Memoized per stage (one key per stage, not per layer): a planner's memory checks ask for the
+# same stages of the same model under many layouts and pool sizes; the result is frozen.
+@lru_cache(maxsize=1024)
+def _stage_layer_activations(
+    model: ModelSpec, layers: range, tp: int, sequence_parallel: bool, span: float, flash: bool
+) -> tuple[LayerActivations, ...]:
+    return tuple(
+        layer_activations(model, i, tp=tp, sequence_parallel=sequence_parallel, seq_len=span, flash_attention=flash)
+        for i in layers
+    )
 
 
 def microbatches_in_flight(

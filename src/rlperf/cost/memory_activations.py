@@ -45,7 +45,6 @@ s 512, bf16, CPU) gave 1.20x this count with SDPA and 1.69x with eager attention
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from rlperf.cost.memory_params import kv_heads_per_device
 from rlperf.specs.dtypes import bytes_per
@@ -70,9 +69,6 @@ class LayerActivations:
         return self.linear_bytes + self.score_bytes
 
 
-# Memoized: a memory check sums it over every layer of a stage, for every candidate layout; the
-# layers of a dense model (and the dense or MoE layers of a mixed one) are the same few keys.
-@lru_cache(maxsize=8192)
 def layer_activations(
     model: ModelSpec,
     layer: int,

@@ -72,7 +72,7 @@ def forward_pass(
     check_train_layout(model, layout)
     layout = layout.for_forward_passes()  # its own micro-batch size / token budget, if set
     seqs = as_lengths(seq_tokens)
-    costs = LayoutCosts(model, cluster, layout, head)
+    costs = LayoutCosts.of(model, cluster, layout, head)
     plan = microbatches_for(seqs, layout)
     padded = not layout.packing
     mem = forward_memory(model, layout, plan.max_microbatch_tokens(padded), seq_len=int(seqs.max()))

@@ -172,21 +172,27 @@ def _first_fit_decreasing(lengths: list[int], max_tokens: int) -> list[list[int]
     bins: list[list[int]] = []
     room: list[int] = []
     fits: list[int] = []
-    short: list[tuple[int, int]] = []  # (-room, bin)
+    # ``short`` keys are -room x m + bin (m above any bin number): one int orders as the pair
+    # (-room, bin) does, without a tuple per move.
+    short: list[int] = []
+    m = len(lengths) + 1
+    push, pop = heapq.heappush, heapq.heappop
     for t in lengths:
-        while short and -short[0][0] >= t:
-            heapq.heappush(fits, heapq.heappop(short)[1])
-        while fits and room[fits[0]] < t:
-            i = heapq.heappop(fits)
-            heapq.heappush(short, (-room[i], i))
-        if fits:
+        while short and -(short[0] // m) >= t:
+            push(fits, pop(short) % m)
+        while fits:
             i = fits[0]
-            bins[i].append(t)
-            room[i] -= t
+            left = room[i]
+            if left >= t:
+                bins[i].append(t)
+                room[i] = left - t
+                break
+            pop(fits)
+            push(short, -left * m + i)
         else:
-            heapq.heappush(fits, len(bins))
+            push(fits, len(bins))
             bins.append([t])
-            room.append(max(max_tokens - t, 0))
+            room.append(max_tokens - t if max_tokens > t else 0)
     return bins
 
 

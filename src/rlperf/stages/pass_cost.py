@@ -82,6 +82,7 @@ outermost, as Megatron-Core orders its process groups):
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -276,6 +277,22 @@ def overlap(comm_s: float, compute_s: np.ndarray | float, units: int, bytes_sent
 
 class LayoutCosts:
     """Cost functions of a model under a training layout on a cluster (groups resolved once)."""
+
+    @classmethod
+    def of(cls, model: ModelSpec, cluster: Cluster, layout: TrainLayout, head: Head = "logprobs") -> LayoutCosts:
+        """The shared instance for these arguments (built on first use). A planner costs one
+        layout on one pool for many batches (the fast estimate's, every simulated iteration's,
+        the what-ifs'), and an instance keeps the collectives it has costed: its caches are pure
+        functions of its arguments, so sharing it changes no result."""
+        key = (model, cluster.model_dump_json(), layout, head)
+        got = _LAYOUT_COSTS.get(key)
+        if got is None:
+            got = _LAYOUT_COSTS[key] = cls(model, cluster, layout, head)
+            if len(_LAYOUT_COSTS) > _LAYOUT_COSTS_MAX:
+                _LAYOUT_COSTS.popitem(last=False)
+        else:
+            _LAYOUT_COSTS.move_to_end(key)
+        return got
 
     def __init__(self, model: ModelSpec, cluster: Cluster, layout: TrainLayout, head: Head = "logprobs") -> None:
         if layout.world_size > cluster.num_gpus:
@@ -667,6 +684,10 @@ class LayoutCosts:
             groups.append((shard.expert_params, self.expert_shard_group))
         # the units of a group are equal messages: cost one, repeat it (the sums add the same terms)
         return [c for params, group in groups for c in [fn(self.cluster, params * elem_bytes / units, group)] * units]
+
+
+_LAYOUT_COSTS: OrderedDict[tuple[ModelSpec, str, TrainLayout, str], LayoutCosts] = OrderedDict()
+_LAYOUT_COSTS_MAX = 256
 
 
 def _roof(flops: np.ndarray, num_bytes: np.ndarray, ceiling: tuple[float, float]) -> Roof:

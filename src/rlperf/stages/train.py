@@ -116,7 +116,7 @@ def train_step(
         cpu_adam_params_per_s = cpu_adam_params_per_s_for(cluster, layout)
     seqs = as_lengths(seq_tokens)
     minis = split_minibatches(seqs, num_minibatches)
-    costs = LayoutCosts(model, cluster, layout, head)
+    costs = LayoutCosts.of(model, cluster, layout, head)
     plans = [microbatches_for(mini, layout) for mini in minis]
     mem = train_memory(
         model, layout, max(p.max_microbatch_tokens(not layout.packing) for p in plans), seq_len=int(seqs.max()),

@@ -97,11 +97,16 @@ def test_stage_costs_from_the_cache_are_the_fresh_ones() -> None:
     assert AnalyticCosts(sc).train("actor", seqs, 4, "actor_update") == fresh_t
     assert AnalyticCosts(sc).forward("actor", seqs, 4, "old_logprob") == fresh_f
     assert len(costs_mod._STAGES) == 2
-    # Another batch, name or GPU count is another entry.
+    # Another batch or GPU count is another entry.
     AnalyticCosts(sc).forward("actor", seqs, 2, "old_logprob")
-    AnalyticCosts(sc).forward("actor", seqs, 4, "ref_logprob")
     AnalyticCosts(sc).forward("actor", seqs + 1, 4, "old_logprob")
-    assert len(costs_mod._STAGES) == 5
+    assert len(costs_mod._STAGES) == 4
+    # Another name for the same pass (the reference's log-probs) shares the entry, named its own.
+    from rlperf.stages.forward import forward_pass
+
+    ref = AnalyticCosts(sc).forward("actor", seqs, 4, "ref_logprob")
+    assert len(costs_mod._STAGES) == 4
+    assert ref == forward_pass(sc.models["actor"], sc.cluster.with_gpus(4), a._train_layout("actor", 4), seqs, name="ref_logprob")
 
 
 def test_local_mapper_keeps_one_pool_and_the_order() -> None:

@@ -11,6 +11,7 @@ A pool of ``g`` GPUs is costed as its own cluster: one node when ``g`` fits in a
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -142,8 +143,11 @@ class AnalyticCosts:
         lay = self._train_layout(role, gpus)
         head: Literal["logprobs", "value"] = "value" if role == "critic" else "logprobs"
         model, cluster = self.sc.models[role], self.cluster(lay.world_size)
-        return _memo_stage(("forward", model, _cluster_key(cluster, _TRAIN_IGNORES), lay, _digest(seq_tokens), name, head),
-                           lambda: forward_pass(model, cluster, lay, seq_tokens, name=name, head=head))
+        # Keyed without the stage's name: the old-policy and the reference log-probs of one batch
+        # are one pass of the same model and layout (the name is set on the shared result).
+        got = _memo_stage(("forward", model, _cluster_key(cluster, _TRAIN_IGNORES), lay, _digest(seq_tokens), head),
+                          lambda: forward_pass(model, cluster, lay, seq_tokens, name=name, head=head))
+        return got if got.name == name else dataclasses.replace(got, name=name)
 
     def train(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str,
               num_minibatches: int | None = None) -> StageCost:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
@@ -170,11 +171,7 @@ def _dispatcher(requests: RolloutRequests, opts: RolloutOptions, replicas: list[
     """Return ``choose(i) -> replica`` for request ``i``; groups stay on one replica."""
     groups = requests.group_id
     if opts.dispatch == "round_robin":
-        # Groups ranked by first appearance; request i goes to its group's rank mod replicas.
-        _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
-        rank = np.empty(len(first), np.int64)
-        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-        slot: list[int] = (rank[inverse.reshape(-1)] % len(replicas)).tolist()
+        slot: list[int] = _round_robin_slots(groups, len(replicas)).tolist()
         return lambda i: replicas[slot[i]]
     home: dict[int, R] = {}
 
@@ -189,6 +186,28 @@ def _dispatcher(requests: RolloutRequests, opts: RolloutOptions, replicas: list[
     return least_loaded
 
 
+def _round_robin_slots(groups: np.ndarray, num_replicas: int) -> np.ndarray:
+    """Each request's replica under round-robin dispatch: groups ranked by first appearance,
+    request i to its group's rank mod replicas."""
+    _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return np.asarray(rank[inverse.reshape(-1)] % num_replicas, np.int64)
+
+
+def _enqueue(replicas: list[Replica], ids: np.ndarray, slots: np.ndarray) -> list[Replica]:
+    """Append requests ``ids`` (in order) to the waiting queues of replicas ``slots``, as one
+    ``choose`` and ``append`` per request would; return the replicas in order of first use."""
+    used, first = np.unique(slots, return_index=True)
+    by = np.argsort(slots, kind="stable")
+    bounds = np.searchsorted(slots[by], used, "right").tolist()
+    lo = 0
+    for u, hi in zip(used.tolist(), bounds):
+        replicas[u].waiting.extend(ids[by[lo:hi]].tolist())
+        lo = hi
+    return [replicas[u] for u in used[np.argsort(first)].tolist()]
+
+
 def _drive(
     replicas: list[Replica],
     book: Book,
@@ -198,9 +217,12 @@ def _drive(
 ) -> float:
     """Run the replicas in global time order; return the stop time (inf if none)."""
     choose = _dispatcher(requests, opts, replicas)
+    slots = _round_robin_slots(requests.group_id, len(replicas)) if opts.dispatch == "round_robin" else None
     arrival = requests.arrival_s
-    order = np.argsort(arrival, kind="stable").tolist()
+    order_arr = np.argsort(arrival, kind="stable")
+    order = order_arr.tolist()
     arrival_list = arrival.tolist()
+    arrival_sorted = arrival[order_arr].tolist()
     t_stop = opts.time_limit_s if opts.time_limit_s is not None else math.inf
     want = opts.stop_after_num_finished
     debug = opts.debug_checks
@@ -236,16 +258,25 @@ def _drive(
         if t_next > t_stop or t_next == math.inf:
             break
         if t_arr <= t_rep:
-            touched: dict[int, Replica] = {}
-            while ptr < n and arrival_list[order[ptr]] == t_arr:
-                i = order[ptr]
-                r = choose(i)
-                r.waiting.append(i)
-                arrived.append(i)
-                went_to.append(r.index)
-                touched[r.index] = r
-                ptr += 1
-            for r in touched.values():
+            end = bisect_right(arrival_sorted, t_arr, ptr)  # the requests arriving now
+            if slots is not None and end - ptr > 16:  # many at once (every request at t = 0)
+                ids = order_arr[ptr:end]
+                touched = _enqueue(replicas, ids, slots[ids])
+                arrived.extend(ids.tolist())
+                went_to.extend(slots[ids].tolist())
+                ptr = end
+            else:
+                by_index: dict[int, Replica] = {}
+                while ptr < end:
+                    i = order[ptr]
+                    r = choose(i)
+                    r.waiting.append(i)
+                    arrived.append(i)
+                    went_to.append(r.index)
+                    by_index[r.index] = r
+                    ptr += 1
+                touched = list(by_index.values())
+            for r in touched:
                 if r.plan is None:
                     r.t = max(r.t, t_arr)
                     replan(r)

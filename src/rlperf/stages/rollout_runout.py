@@ -28,7 +28,7 @@ import math
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
-from itertools import accumulate, chain
+from itertools import chain
 from operator import itemgetter
 
 import numpy as np
@@ -272,7 +272,9 @@ def time_runs(replicas: list[Replica], drained: list[Drained]) -> None:
     # per-token prefill figures only ever multiply them), sorted by replica (stable).
     # Every replica logged a run. One float64 array of all the runs' fields (one C pass; the
     # integer fields, step and token counts far below 2**53, come back exactly).
-    cols = np.array(list(chain.from_iterable(log.runs for log in logs)), np.float64).reshape(-1, 7).T
+    num_logged = sum(len(log.runs) for log in logs)
+    fields = chain.from_iterable(chain.from_iterable(log.runs for log in logs))
+    cols = np.fromiter(fields, np.float64, 7 * num_logged).reshape(-1, 7).T
     logged = np.repeat(np.arange(len(logs)), [len(log.runs) for log in logs])
     d_rep = np.array([at[i] for i in np.concatenate([d.replica for d in drained]).tolist()], np.int64)
     zero = np.zeros(len(d_rep), np.int64)
@@ -295,37 +297,44 @@ def time_runs(replicas: list[Replica], drained: list[Drained]) -> None:
     flops, num_bytes = run_totals(step, b, ctx, n, chunk, b + -(-chunk // n), b + n_wave, wave_flops)
     roofline = dt - n * plan.fixed
     occupied, prefill = (b + n_wave).tolist(), (n_wave > 0).tolist()
-    bounds = np.searchsorted(rep, np.arange(len(replicas) + 1)).tolist()
-    end_s = np.zeros(len(n))
-    for r, log, lo, hi in zip(replicas, logs, bounds[:-1], bounds[1:]):
-        st = r.stats
-        st.flops = _in_order(st.flops, np.asarray(flops)[lo:hi])
-        st.bytes_per_gpu = _in_order(st.bytes_per_gpu, np.asarray(num_bytes)[lo:hi])
-        st.roofline_s = _in_order(st.roofline_s, roofline[lo:hi])
-        st.busy_s = _in_order(st.busy_s, dt[lo:hi])
-        t = list(accumulate(dt[lo:hi].tolist(), initial=r.t))
-        end_s[lo:hi] = t[1:]
-        st.segments.extend(t[:-1], t[1:], occupied[lo:hi], prefill[lo:hi])
-        r.t = st.last_end_s = t[-1]
-        done, finish_s = 0, r.book.finish_s
-        for k, upto in enumerate(log.ends):
-            for i in log.finished[done:upto]:
-                finish_s[i] = t[k + 1]
-            done = upto
+    bounds = np.searchsorted(rep, np.arange(len(replicas) + 1))
+    counts = np.diff(bounds)
+    row, col = rep, np.arange(len(n)) - np.repeat(bounds[:-1], counts) + 1  # run k of its replica: column k + 1
+    rows = np.arange(len(replicas))
+
+    def running(start: list[float], values: np.ndarray) -> np.ndarray:
+        """Per replica (row), ``start`` then the running sums of its runs' ``values`` left
+        to right (a cumulative sum adds in order, as the event-by-event path does; the
+        zeros after a replica's last run leave its total as it is)."""
+        m = np.zeros((len(replicas), int(counts.max(initial=0)) + 1))
+        m[:, 0] = start
+        m[row, col] = values
+        return np.cumsum(m, axis=1)
+
+    sts = [r.stats for r in replicas]
+    totals = {k: running([getattr(st, k) for st in sts], np.asarray(v))[rows, counts].tolist()
+              for k, v in (("flops", flops), ("bytes_per_gpu", num_bytes), ("roofline_s", roofline), ("busy_s", dt))}
+    clock = running([r.t for r in replicas], dt)
+    end_s = clock[row, col]
+    start_list, end_list, ends_at = clock[row, col - 1].tolist(), end_s.tolist(), clock[rows, counts].tolist()
+    finished: list[int] = []
+    finished_run: list[np.ndarray] = []  # index among all runs of the run each request finished after
+    for k, (r, log, lo, hi) in enumerate(zip(replicas, logs, bounds[:-1].tolist(), bounds[1:].tolist())):
+        st = sts[k]
+        st.flops, st.bytes_per_gpu = totals["flops"][k], totals["bytes_per_gpu"][k]
+        st.roofline_s, st.busy_s = totals["roofline_s"][k], totals["busy_s"][k]
+        st.segments.extend(start_list[lo:hi], end_list[lo:hi], occupied[lo:hi], prefill[lo:hi])
+        r.t = st.last_end_s = ends_at[k]
+        finished.extend(log.finished)
+        finished_run.append(lo + np.repeat(np.arange(len(log.ends)), np.diff(log.ends, prepend=0)))
+    finish_s = replicas[0].book.finish_s if replicas else []
+    for i, v in zip(finished, end_s[np.concatenate(finished_run)].tolist() if finished else []):
+        finish_s[i] = v
     # A drained run's place after the sort: where its index among all runs went.
     place = np.empty(len(by), np.int64)
     place[by] = np.arange(len(by))
     offset = len(logged)
-    finish_s = replicas[0].book.finish_s if replicas else []
     for d in drained:
         for i, v in zip(d.requests.tolist(), end_s[place[offset + d.run_of]].tolist()):
             finish_s[i] = v
         offset += len(d.num_steps)
-
-
-def _in_order(start: float, values: np.ndarray) -> float:
-    """``start + values[0] + values[1] + ...`` left to right, as the event-by-event path adds
-    them (``sum`` may compensate: it does for floats from Python 3.12)."""
-    for v in values.tolist():
-        start += v
-    return start

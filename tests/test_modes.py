@@ -37,9 +37,10 @@ MODES = st.one_of(
     st.builds(lambda s: ExecutionMode(kind="async", staleness=s), st.integers(0, 3)),
     st.builds(lambda b, s: ExecutionMode(kind="partial_rollout", token_budget=b, staleness=s),
               st.sampled_from([100, 400, 1500]), st.integers(0, 1)),
-    st.builds(lambda t, f, k: ExecutionMode(kind="streaming", staleness_threshold=t, inflight_weight_updates=f,
-                                            train_parts=k),
-              st.sampled_from([0.0, 0.3, 0.5, 1.0, 1.5, 2.0]), st.booleans(), st.sampled_from([1, 2, 4])),
+    st.builds(lambda t, f, k, g: ExecutionMode(kind="streaming", staleness_threshold=t, inflight_weight_updates=f,
+                                               train_parts=k, groups_per_engine=g),
+              st.sampled_from([0.0, 0.3, 0.5, 1.0, 1.5, 2.0]), st.booleans(), st.sampled_from([1, 2, 4]),
+              st.sampled_from([None, 1, 2])),
 )
 PLACEMENTS = st.sampled_from([Placement(), Placement(kind="disaggregated", rollout_gpus=2),
                               Placement(kind="disaggregated", rollout_gpus=4), Placement(kind="disaggregated", rollout_gpus=6)])
@@ -82,7 +83,8 @@ def test_staleness_zero_equals_sync_in_every_mode_family() -> None:
     split = Placement(kind="disaggregated", rollout_gpus=4)
     sync = run(ExecutionMode(), split, sample=toy_sampler(2))
     for m in (ExecutionMode(kind="async", staleness=0), ExecutionMode(kind="partial_rollout", token_budget=10**6),
-              ExecutionMode(kind="streaming", staleness_threshold=0.0)):
+              ExecutionMode(kind="streaming", staleness_threshold=0.0),
+              ExecutionMode(kind="streaming", staleness_threshold=0.0, groups_per_engine=1)):
         r = run(m, split, sample=toy_sampler(2))
         assert r.step_times_s == pytest.approx(sync.step_times_s, rel=1e-12) and set(r.staleness) == {0}
 
@@ -108,12 +110,14 @@ def test_staleness_distribution_summary() -> None:
 SPLIT = Placement(kind="disaggregated", rollout_gpus=4)
 
 
-@pytest.mark.parametrize(("threshold", "parts"), [(1.0, 1), (0.5, 1), (0.5, 4), (0.0, 4), (1.5, 2)])
-def test_streaming_conserves_tokens_under_interruption(threshold: float, parts: int) -> None:
+@pytest.mark.parametrize(("threshold", "parts", "groups"),
+                         [(1.0, 1, None), (0.5, 1, None), (0.5, 4, None), (0.0, 4, None), (1.5, 2, None),
+                          (0.5, 4, 1), (1.0, 1, 2), (0.0, 2, 1)])
+def test_streaming_conserves_tokens_under_interruption(threshold: float, parts: int, groups: int | None) -> None:
     from rlperf.sim.simulate import Simulator
 
     sample = toy_sampler(4)
-    m = ExecutionMode(kind="streaming", staleness_threshold=threshold, train_parts=parts)
+    m = ExecutionMode(kind="streaming", staleness_threshold=threshold, train_parts=parts, groups_per_engine=groups)
     plan = Plan(placement=SPLIT, mode=m)
     iters = 7
     cfg = SimConfig(name="toy", algorithm=get_algorithm("GRPO"), plan=plan, num_gpus=8, prompts_per_step=8, group_size=4,
@@ -128,14 +132,19 @@ def test_streaming_conserves_tokens_under_interruption(threshold: float, parts: 
     left = 0 if carry is None else int((carry.target_tokens - carry.generated_tokens).sum())
     assert generated + left == requested  # every token generated exactly once, none lost at a pause
     trained = sum(len(s.kept_seq_tokens) for s in sim.iters if s.kept_seq_tokens is not None)
-    assert trained + (0 if carry is None else carry.num_requests) == n_iter * 8 * 4 + ahead * 4
+    held = sim.engine.held
+    in_flight = (0 if carry is None else carry.num_requests) + (0 if held is None else held.num_requests)
+    assert trained + in_flight == n_iter * 8 * 4 + ahead * 4
     # Each step trains at least its batch: the call stops once B·G responses finished.
     assert all(s.kept_seq_tokens is not None and len(s.kept_seq_tokens) >= 32 for s in sim.iters)
+    if groups is not None:  # whole groups: a step trains G responses per prompt, never a part of one
+        assert all(s.kept_seq_tokens is not None and len(s.kept_seq_tokens) % 4 == 0 for s in sim.iters)
 
 
-@pytest.mark.parametrize(("threshold", "parts"), [(0.5, 1), (1.0, 1), (0.0, 4), (0.5, 4)])
-def test_more_rollout_gpus_never_slow_a_streaming_plan(threshold: float, parts: int) -> None:
-    m = ExecutionMode(kind="streaming", staleness_threshold=threshold, train_parts=parts)
+@pytest.mark.parametrize(("threshold", "parts", "groups"),
+                         [(0.5, 1, None), (1.0, 1, None), (0.0, 4, None), (0.5, 4, None), (0.5, 4, 1), (0.0, 4, 2)])
+def test_more_rollout_gpus_never_slow_a_streaming_plan(threshold: float, parts: int, groups: int | None) -> None:
+    m = ExecutionMode(kind="streaming", staleness_threshold=threshold, train_parts=parts, groups_per_engine=groups)
     times = [run(m, Placement(kind="disaggregated", rollout_gpus=g), iterations=8, sample=toy_sampler(1), prompts=16)
              .step_time_s for g in (2, 4, 6)]
     assert times == sorted(times, reverse=True)
@@ -182,7 +191,8 @@ def test_verl_export_and_import_keep_the_streaming_mode_exactly(threshold: float
     from rlperf.scenario import load_scenario_spec
 
     spec = load_scenario_spec("grpo-qwen2.5-7b-async-s2")
-    mode = ExecutionMode(kind="streaming", staleness_threshold=threshold, train_parts=parts)
+    # verl's rollouter: whole prompt groups, 16 per server in flight (a constant of its code)
+    mode = ExecutionMode(kind="streaming", staleness_threshold=threshold, train_parts=parts, groups_per_engine=16)
     algorithm = spec.algorithm.model_copy(update={"old_logprob": logprobs, "minibatches": 8})
     spec = spec.model_copy(update={"plan": spec.plan.model_copy(update={"mode": mode}), "algorithm": algorithm})
     out = export_verl(spec)
@@ -196,6 +206,11 @@ def test_verl_export_and_import_keep_the_streaming_mode_exactly(threshold: float
     back, report = import_verl(None, list(out.args), gpu=spec.cluster.gpu)
     assert back.plan.mode == mode and not report.unknown
     assert back.algorithm.minibatches == 8 and back.algorithm.old_logprob == logprobs
+    assert not any("whole prompt groups" in m for m in out.not_expressible)
+    # request-by-request admission is not what verl runs: the export says so
+    other = spec.model_copy(update={"plan": spec.plan.model_copy(update={"mode": mode.model_copy(
+        update={"groups_per_engine": None})})})
+    assert any("whole prompt groups" in m for m in export_verl(other).not_expressible)
 
 
 def test_openrlhf_async_with_partial_rollout_is_streaming() -> None:

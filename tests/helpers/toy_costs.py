@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlperf.sim.interface import RolloutBatch, RolloutOutcome
+from rlperf.sim.interface import GroupAdmission, RolloutBatch, RolloutOutcome
 from rlperf.stages.base import StageCost
 
 
@@ -17,7 +17,8 @@ def _cost(name: str, t: float, gpus: int) -> StageCost:
 @dataclass
 class ToyCosts:
     """Rollout: replicas of ``gpus_per_replica`` GPUs; each request runs alone on its replica
-    for ``s_per_token`` x tokens (requests dispatched round-robin, served one after another)."""
+    for ``s_per_token`` x tokens (requests dispatched round-robin, served one after another).
+    Group admission: only its stop (after k complete groups) is modelled, not the gate."""
 
     s_per_token: float = 1e-3
     fwd_s_per_token: float = 1e-5
@@ -27,7 +28,7 @@ class ToyCosts:
     switch_s: float = 0.25
 
     def rollout(self, batch: RolloutBatch, gpus: int, token_budget: int | None,
-                stop_after_finished: int | None = None) -> RolloutOutcome:
+                stop_after_finished: int | None = None, groups: GroupAdmission | None = None) -> RolloutOutcome:
         replicas = max(1, gpus // self.gpus_per_replica)
         todo = batch.target_tokens - batch.generated_tokens
         if token_budget is not None:
@@ -40,9 +41,16 @@ class ToyCosts:
             start[i] = clock[r]
             clock[r] += todo[i] * self.s_per_token
             finish[i] = clock[r]
+        t_stop = np.inf
         if stop_after_finished is not None and stop_after_finished < batch.num_requests:
-            # Stop when the k-th request finishes: the others keep the tokens made by then.
-            t_stop = float(np.sort(finish)[stop_after_finished - 1])
+            t_stop = float(np.sort(finish)[stop_after_finished - 1])  # the k-th request's finish
+        ids, inverse = np.unique(batch.group_ids, return_inverse=True)
+        if groups is not None and groups.stop_after_groups is not None and groups.stop_after_groups < len(ids):
+            group_done = np.zeros(len(ids))
+            np.maximum.at(group_done, inverse.reshape(-1), finish)
+            t_stop = float(np.sort(group_done)[groups.stop_after_groups - 1])  # the k-th group's last finish
+        if t_stop < np.inf:
+            # Stop then: the others keep the tokens made by then.
             made = np.clip(np.floor((t_stop - start) / self.s_per_token + 1e-9), 0, todo).astype(np.int64)
             todo = np.where(finish <= t_stop, todo, made)
             clock = np.minimum(clock, t_stop)

@@ -26,7 +26,14 @@ from rlperf.frameworks.common import (
 )
 from rlperf.frameworks.report import ExportResult, fmt_value
 from rlperf.modes import mode_of
-from rlperf.frameworks.verl_keys import ROLE_BASE, ROLE_FSDP, ROLE_MICRO, ROLE_MODEL, ROLE_RECOMPUTE
+from rlperf.frameworks.verl_keys import (
+    ROLE_BASE,
+    ROLE_FSDP,
+    ROLE_MICRO,
+    ROLE_MODEL,
+    ROLE_RECOMPUTE,
+    VERL_GROUPS_PER_SERVER,
+)
 from rlperf.scenario import RewardSpec, Scenario, ScenarioSpec
 from rlperf.specs.parallel import TrainLayout
 from rlperf.specs.plan import Plan
@@ -194,6 +201,9 @@ def _placement_and_mode(spec: ScenarioSpec, out: _Out) -> tuple[str, ...]:
         out.missing.append(f"partial rollout with a token budget: verl's fully-async recipe interrupts rollouts at weight syncs; written as staleness {staleness:g}, partial_rollout=True")
     if st.inflight_weight_updates:
         out.missing.append("in-flight weight updates: verl's rollouter pauses generation for each parameter sync")
+    if st.groups_per_engine != VERL_GROUPS_PER_SERVER:
+        out.missing.append(f"verl's rollouter admits whole prompt groups, {VERL_GROUPS_PER_SERVER} per server in flight "
+                           f"(a constant of its code), not {st.groups_per_engine or 'request by request'}")
     # One rlperf step = one parameter sync = trigger_parameter_sync_step local updates of
     # require_batches mini-batches each.
     minibatches = spec.algorithm.minibatches or get_algorithm(spec.algorithm.name).default_minibatches

@@ -13,7 +13,9 @@ Which trainer a configuration is for is read from its keys (the entry point is n
   sync, so samples are at most ``ceil(t)`` versions old (README: "staleness_threshold = 1 is
   basically one step off policy"): mode ``async`` with ``staleness = ceil(t)``. ``t = 0`` with
   more than one local update is verl's stream off-policy pipeline (``streaming``, threshold 0);
-  with one, synchronous. ``use_rollout_log_probs`` (default true) drops the old-policy log-prob
+  with one, synchronous. The rollouter streams whole prompt groups, at most 16 per server in
+  flight (``fully_async_rollouter.py``: ``max_concurrent_samples = servers x 16``; not a key):
+  ``groups_per_engine: 16``. ``use_rollout_log_probs`` (default true) drops the old-policy log-prob
   pass (``algorithm.old_logprob: rollout``).
 - ``rollout.nnodes`` / ``rollout.n_gpus_per_node`` present: the one-step-off recipe
   (``recipe/one_step_off_policy``): disaggregated, mode ``one_step_off``.
@@ -74,6 +76,7 @@ from rlperf.frameworks.verl_keys import (
     ROLE_MODEL,
     ROLE_RECOMPUTE,
     UNSUPPORTED,
+    VERL_GROUPS_PER_SERVER,
 )
 from rlperf.scenario import ScenarioSpec
 from rlperf.specs.parallel import TrainLayout
@@ -616,7 +619,8 @@ class _Importer:
             if trigger > 1:
                 # verl's "stream off policy pipeline": one batch per version, consumed as it streams.
                 self.rec.map(key, t, f"streaming, threshold 0: the batch waits for each sync; {trigger} local updates as it streams in")
-                return {"kind": "streaming", "staleness_threshold": 0.0, "train_parts": trigger}
+                return {"kind": "streaming", "staleness_threshold": 0.0, "train_parts": trigger,
+                        "groups_per_engine": VERL_GROUPS_PER_SERVER}
             self.rec.map(key, t, "synchronous (rollouter waits for each sync)")
             return {"kind": "sync"}
         partial = self.r.get(partial_key, None)
@@ -624,7 +628,8 @@ class _Importer:
             # The rollouter keeps t x batch in flight and interrupts them at each sync.
             self.rec.map(key, t, f"streaming, staleness threshold {t:g} (fraction of a batch in flight), {trigger} local updates per sync")
             self.rec.map(partial_key, True, "streaming: in-flight requests resume after each sync (KV re-prefilled)")
-            return {"kind": "streaming", "staleness_threshold": t, "train_parts": trigger}
+            return {"kind": "streaming", "staleness_threshold": t, "train_parts": trigger,
+                    "groups_per_engine": VERL_GROUPS_PER_SERVER}
         staleness = math.ceil(t)
         self.rec.map(key, t, f"async, staleness {staleness} (ceil of the threshold)")
         if trigger > 1:

@@ -12,6 +12,11 @@ from typing import Any
 
 _NO_PERF = "no effect on step time or memory"
 
+# The fully-async rollouter keeps at most 16 prompt groups per rollout server in flight
+# (recipe/fully_async_policy/fully_async_rollouter.py: max_concurrent_samples = servers x 16): a
+# constant of the code, not a key.
+VERL_GROUPS_PER_SERVER = 16
+
 # (pattern, why it is ignored by design)
 IGNORED: tuple[tuple[str, str], ...] = (
     ("hydra.*", "Hydra's own settings"),

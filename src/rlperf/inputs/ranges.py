@@ -100,6 +100,8 @@ FUSION_CHUNKS = Quantity("chunks", 1, 4_096, "stage fusion streams a rollout in 
                          warn_above=256)
 TRAIN_PARTS = Quantity("local updates", 1, 4_096, "verl fully_async trains a sync batch in 1 to tens of local updates",
                        warn_above=256)
+GROUPS_PER_ENGINE = Quantity("prompt groups", 1, 65_536,
+                             "verl fully_async keeps 16 prompt groups per rollout server in flight", warn_above=4_096)
 CPU_WORKERS = Quantity("workers", 1, 1_048_576, "reward workers or sandboxes: tens to thousands")
 # ---------------------------------------------------------------------------- model shapes
 LAYERS = Quantity("layers", 1, 2_048, "published decoders: 12 to 126 layers (Llama 3.1 405B)", warn_above=256)
@@ -138,6 +140,7 @@ NumIterations = Annotated[int, AfterValidator(ITERATIONS.check)]
 Staleness = Annotated[int, AfterValidator(STALENESS.check)]
 FusionChunks = Annotated[int, AfterValidator(FUSION_CHUNKS.check)]
 TrainParts = Annotated[int, AfterValidator(TRAIN_PARTS.check)]
+GroupsPerEngine = Annotated[int, AfterValidator(GROUPS_PER_ENGINE.check)]
 NumWorkers = Annotated[int, AfterValidator(CPU_WORKERS.check)]
 NumLayers = Annotated[int, AfterValidator(LAYERS.check)]
 Width = Annotated[int, AfterValidator(WIDTH.check)]

@@ -40,7 +40,7 @@ from typing import Literal
 
 import numpy as np
 
-from rlperf.sim.interface import RolloutBatch
+from rlperf.sim.interface import GroupAdmission, RolloutBatch
 from rlperf.specs.plan import ExecutionMode
 
 
@@ -84,6 +84,7 @@ class AsyncSettings:
     token_budget: int | None  # new tokens per response per rollout call (None: no budget)
     inflight_weight_updates: bool  # the transfer does not pause decoding
     one_step_pipeline: bool  # exactly one batch ahead, every request run to its end
+    groups_per_engine: int | None = None  # whole prompt groups in flight per engine (None: request by request)
 
     @property
     def synchronous(self) -> bool:
@@ -128,6 +129,7 @@ class Mode:
             token_budget=self.token_budget,
             inflight_weight_updates=self.spec.inflight_weight_updates,
             one_step_pipeline=False,
+            groups_per_engine=self.spec.groups_per_engine,
         )
 
     # ---------------------------------------------------------------- rollout
@@ -211,6 +213,11 @@ class Mode:
         """Prompts the first rollout call admits beyond the step's batch, kept in flight from
         then on (the rollout runs that far ahead of training)."""
         return 0
+
+    def group_admission(self, prompts_per_step: int, shared_engine: bool) -> GroupAdmission | None:
+        """How a rollouter that streams whole prompt groups admits them (None: every request
+        of a call at once, and training counts responses)."""
+        return None
 
     @property
     def sync_pauses_engine(self) -> bool:
@@ -358,6 +365,20 @@ class Streaming(Mode):
     Staleness: a response keeps the version it started with (a resumed request may span any
     number of updates, so there is no bound; the distribution shows it). The weight transfer
     waits for the ahead call to end (verl interrupts it at once; the engine is busy either way).
+
+    **Whole prompt groups** (``groups_per_engine = g``, verl's rollouter,
+    ``recipe/fully_async_policy/fully_async_rollouter.py``): the rollouter takes one *sample* (a
+    prompt and its ``n`` responses) at a time and submits its ``n`` requests together; it keeps
+    at most ``M = min(g·R, ⌊(1 + τ)·B⌋)`` samples active (``max_concurrent_samples = min(16 x
+    servers, max_required_samples)``, ``R`` engines) and submits the next only when an active
+    one has all ``n`` responses back, so a slot freed by one response stays empty until its
+    group's slowest response finishes (rlperf.stages.rollout_groups). A finished sample goes to
+    the trainer's queue whole: the calls above stop after ``⌈f·B⌉`` and ``B`` complete groups
+    instead of responses, local update ``c`` waits for ``⌈(c+1)·B/k⌉`` complete groups, and a
+    response whose group is still in flight at a weight update is held until the group completes
+    (rlperf.sim.rollout_state). At the update verl cancels the active samples
+    (``pause()``: ``cancel()``, ``clear_kv_cache()``) and re-submits them first after it (the
+    cancel queue before the pending one): here the carried requests, first in the next call.
     """
 
     def _label(self) -> str:
@@ -385,6 +406,14 @@ class Streaming(Mode):
     def prompts_ahead(self, prompts_per_step: int) -> int:
         # verl: the rollouter may produce (1 + τ) batches per parameter version.
         return round(self.spec.staleness_threshold * prompts_per_step)
+
+    def group_admission(self, prompts_per_step: int, shared_engine: bool) -> GroupAdmission | None:
+        """verl's rollouter keeps ``min(g·R, ⌊(1 + τ)·B⌋)`` groups in flight (``g`` per engine,
+        ``R`` engines; ``max_concurrent_samples = min(16·servers, max_required_samples)``)."""
+        g = self.spec.groups_per_engine
+        if g is None or shared_engine:
+            return None
+        return GroupAdmission(g, int((1.0 + self.spec.staleness_threshold) * prompts_per_step))
 
     def steady_budget(self, fresh: RolloutBatch) -> int | None:
         """A steady call keeps ``(1 + τ)·n`` requests in flight (``n`` = B·G: the first call

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from rlperf.errors import SpecError
 from rlperf.scenario import Scenario
-from rlperf.sim.interface import RolloutBatch, RolloutOutcome
+from rlperf.sim.interface import GroupAdmission, RolloutBatch, RolloutOutcome
 from rlperf.sim.kernel import Segment
 from rlperf.specs.hardware import ROLLOUT_ONLY_FIELDS, SYNC_ONLY_FIELDS, Cluster
 from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout, check_train_layout
@@ -95,19 +95,28 @@ class AnalyticCosts:
 
     # ------------------------------------------------------------------ stages
     def rollout(self, batch: RolloutBatch, gpus: int, token_budget: int | None,
-                stop_after_finished: int | None = None) -> RolloutOutcome:
+                stop_after_finished: int | None = None, groups: GroupAdmission | None = None) -> RolloutOutcome:
         from rlperf.stages.rollout import RolloutOptions, RolloutRequests, simulate_rollout
 
         engine = self._engine(gpus)
         used = engine.num_gpus
         model, cluster = self.sc.models["actor"], self.cluster(used)
         stop = stop_after_finished if stop_after_finished is not None and stop_after_finished < batch.num_requests else None
+        # Group admission: a gate that admits every group, or a stop at the last group, is none.
+        in_flight = stop_groups = None
+        if groups is not None:
+            num_groups = len(np.unique(batch.group_ids))
+            if groups.in_flight(engine.replicas) < num_groups:
+                in_flight = groups.in_flight(engine.replicas)
+            if groups.stop_after_groups is not None and groups.stop_after_groups < num_groups:
+                stop_groups = groups.stop_after_groups
         key = _rollout_key(model.model_dump_json(), _cluster_key(cluster, SYNC_ONLY_FIELDS), engine.model_dump_json(),
-                          batch, token_budget, stop)
+                          batch, token_budget, stop, in_flight, stop_groups)
         r = _ROLLOUTS.get(key)
         if r is None:
             reqs = RolloutRequests.build(batch.prompt_tokens, batch.target_tokens, batch.group_ids, batch.generated_tokens)
-            opts = RolloutOptions(token_budget_per_request=token_budget, stop_after_num_finished=stop)
+            opts = RolloutOptions(token_budget_per_request=token_budget, stop_after_num_finished=stop,
+                                  max_groups_in_flight=in_flight, stop_after_num_groups=stop_groups)
             r = simulate_rollout(model, cluster, engine, reqs, opts)
             _remember(key, r)
         else:
@@ -198,7 +207,7 @@ class AnalyticCosts:
 # plans it shortlists (the same workload sample, engine and GPUs). Results are immutable
 # (read-only arrays), so sharing one is safe.
 # (model, cluster, engine, hash of the batch, token budget, stop after k finished)
-_RolloutKey = tuple[str, str, str, bytes, int | None, int | None]
+_RolloutKey = tuple[str, str, str, bytes, int | None, int | None, int | None, int | None]
 _ROLLOUTS: OrderedDict[_RolloutKey, RolloutResult] = OrderedDict()
 _ROLLOUTS_MAX = 32
 
@@ -241,13 +250,14 @@ def _memo_stage(key: tuple[object, ...], fn: Callable[[], StageCost]) -> StageCo
 
 
 def _rollout_key(model: str, cluster: str, engine: str, batch: RolloutBatch,
-                 token_budget: int | None, stop: int | None) -> _RolloutKey:
+                 token_budget: int | None, stop: int | None, in_flight: int | None = None,
+                 stop_groups: int | None = None) -> _RolloutKey:
     h = hashlib.blake2b(digest_size=16)
     for a in (batch.prompt_tokens, batch.target_tokens, batch.generated_tokens, batch.group_ids):
         arr = np.ascontiguousarray(a, dtype=np.int64)
         h.update(arr.size.to_bytes(8, "little"))
         h.update(arr.tobytes())
-    return model, cluster, engine, h.digest(), token_budget, stop
+    return model, cluster, engine, h.digest(), token_budget, stop, in_flight, stop_groups
 
 
 def _remember(key: _RolloutKey, r: RolloutResult) -> None:

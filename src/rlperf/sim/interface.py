@@ -36,6 +36,23 @@ class RolloutBatch:
 
 
 @dataclass(frozen=True)
+class GroupAdmission:
+    """A rollouter that streams whole prompt groups (verl fully_async): at most
+    ``min(per_engine x replicas, max_total)`` groups in flight, the next one submitted when a
+    group has all its responses (rlperf.stages.rollout_groups); the call stops once
+    ``stop_after_groups`` groups are complete (None: when every request has finished)."""
+
+    per_engine: int
+    max_total: int | None = None
+    stop_after_groups: int | None = None
+
+    def in_flight(self, replicas: int) -> int:
+        """Groups in flight on ``replicas`` engines."""
+        m = self.per_engine * replicas
+        return m if self.max_total is None else min(m, self.max_total)
+
+
+@dataclass(frozen=True)
 class RolloutOutcome:
     cost: StageCost
     finish_s: np.ndarray  # per request, offset from the call's start (inf if unfinished)
@@ -50,9 +67,10 @@ class StageCosts(Protocol):
     """Cost models for one resolved scenario. ``gpus`` is the number of GPUs granted."""
 
     def rollout(self, batch: RolloutBatch, gpus: int, token_budget: int | None,
-                stop_after_finished: int | None = None) -> RolloutOutcome:
+                stop_after_finished: int | None = None, groups: GroupAdmission | None = None) -> RolloutOutcome:
         """One rollout call; ``stop_after_finished``: stop once that many requests finished
-        (the rest are returned unfinished with the tokens generated so far)."""
+        (the rest are returned unfinished with the tokens generated so far); ``groups``: whole
+        groups admitted a few at a time, and the call's stop counted in groups."""
         ...
 
     def forward(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str) -> StageCost: ...

@@ -6,11 +6,17 @@ One explicit object that the rollout and weight-sync tasks update through named 
 ``update index - version its generation started with`` (AReaL records the version per sample;
 a carried response keeps the version of the call that generated its first token, the
 conservative choice; one that has not started yet takes the weights of the call that starts it).
+
+Whole groups (verl fully_async: the rollouter puts a prompt's sample into the trainer's queue
+once all ``n`` of its responses are back): a call delivers the finished responses of the groups
+that have no request left unfinished, at the time their last one finished; a finished response
+whose group still has requests in flight is *held* until they finish, in a later call. So a
+group is delivered once, whole, and ``delivered + held + carried`` is every request admitted.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -19,11 +25,28 @@ from rlperf.sim.interface import RolloutBatch, RolloutOutcome
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
+@dataclass(frozen=True)
+class Delivered:
+    """Responses one rollout call hands to training (aligned arrays, in batch order; held
+    responses of groups completed in the call after the call's own)."""
+
+    seq_tokens: np.ndarray  # prompt + response tokens
+    response_tokens: np.ndarray
+    finish_s: np.ndarray  # offset from the call's start when training may take it
+    versions: np.ndarray  # policy version each response started with
+
+    @property
+    def count(self) -> int:
+        return len(self.seq_tokens)
+
+
 @dataclass
 class RolloutState:
     version_synced: int = 0  # newest policy version on the rollout engine
     carry: RolloutBatch | None = None  # unfinished responses (partial rollout)
     carry_version: np.ndarray = field(default_factory=lambda: _EMPTY)
+    held: RolloutBatch | None = None  # finished responses waiting for their group (whole groups)
+    held_version: np.ndarray = field(default_factory=lambda: _EMPTY)
 
     def synced(self, version: int) -> None:
         """A weight sync of ``version`` completed (syncs may finish out of order)."""
@@ -38,6 +61,8 @@ class RolloutState:
         if not carry_over or c is None or not c.num_requests:
             return fresh, versions
         offset = int(fresh.group_ids.max(initial=-1)) + 1
+        if self.held is not None:  # held responses follow their groups' new ids
+            self.held = replace(self.held, group_ids=self.held.group_ids + offset)
         batch = RolloutBatch(
             np.concatenate([c.prompt_tokens, fresh.prompt_tokens]),
             np.concatenate([c.target_tokens, fresh.target_tokens]),
@@ -49,8 +74,10 @@ class RolloutState:
         carried = np.where(c.generated_tokens > 0, self.carry_version, self.version_synced)
         return batch, np.concatenate([carried, versions])
 
-    def settle(self, batch: RolloutBatch, out: RolloutOutcome, versions: np.ndarray, carry_over: bool) -> np.ndarray:
-        """After a call: keep the unfinished requests for the next call; returns the finished mask."""
+    def settle(self, batch: RolloutBatch, out: RolloutOutcome, versions: np.ndarray, carry_over: bool,
+               whole_groups: bool = False) -> Delivered:
+        """After a call: keep the unfinished requests for the next call; returns what training
+        receives (``whole_groups``: only groups with every response finished, see the module)."""
         finished: np.ndarray = out.generated_tokens >= batch.target_tokens
         if carry_over:
             keep = ~finished
@@ -59,4 +86,31 @@ class RolloutState:
             self.carry_version = versions[keep]
         else:
             assert finished.all(), "rollout without a budget must finish every request"
-        return finished
+        seq = batch.prompt_tokens + batch.target_tokens
+        if not whole_groups:
+            return Delivered(seq[finished], batch.target_tokens[finished], out.finish_s[finished], versions[finished])
+        # A group is complete when none of its requests is left unfinished; it is delivered
+        # when its last request finishes.
+        open_groups = np.unique(batch.group_ids[~finished])
+        complete = finished & ~np.isin(batch.group_ids, open_groups)
+        ids, inverse = np.unique(batch.group_ids[complete], return_inverse=True)
+        done_s = np.full(len(ids), -np.inf)
+        np.maximum.at(done_s, inverse.reshape(-1), out.finish_s[complete])
+        parts = [Delivered(seq[complete], batch.target_tokens[complete], done_s[inverse.reshape(-1)], versions[complete])]
+        wait = finished & ~complete
+        h, hv = self.held, self.held_version
+        if h is not None:
+            go = np.isin(h.group_ids, ids)
+            where = np.searchsorted(ids, h.group_ids[go])
+            parts.append(Delivered((h.prompt_tokens + h.target_tokens)[go], h.target_tokens[go], done_s[where], hv[go]))
+            stay = ~go
+            h = RolloutBatch(h.prompt_tokens[stay], h.target_tokens[stay], h.generated_tokens[stay], h.group_ids[stay])
+            hv = hv[stay]
+        new = RolloutBatch(batch.prompt_tokens[wait], batch.target_tokens[wait], out.generated_tokens[wait],
+                           batch.group_ids[wait])
+        self.held = new if h is None else RolloutBatch(*(np.concatenate([getattr(h, f), getattr(new, f)])
+                                                         for f in ("prompt_tokens", "target_tokens",
+                                                                   "generated_tokens", "group_ids")))
+        self.held_version = np.concatenate([hv, versions[wait]])
+        return Delivered(*(np.concatenate([getattr(d, f) for d in parts])
+                           for f in ("seq_tokens", "response_tokens", "finish_s", "versions")))

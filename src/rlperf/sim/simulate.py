@@ -12,7 +12,10 @@ One iteration of an algorithm is its stage graph (rlperf.algorithms). The plan d
   waves on the responses finished so far, on GPUs the rollout has released;
 - streaming (rlperf.modes.Streaming): a rollout may split into an *ahead* call with the previous
   weights and a *main* call with the new ones, and the stages after the rollout run in
-  ``train_parts`` local updates, part ``c`` once ``⌈(c+1)·B·G/k⌉`` responses have finished.
+  ``train_parts`` local updates, part ``c`` once ``⌈(c+1)·B·G/k⌉`` responses have finished;
+  with whole prompt groups (verl's rollouter) the engine admits ``M`` groups at a time, the
+  calls stop after complete groups and training receives each group whole, when its last
+  response finishes.
 
 Dynamic sampling (DAPO) runs generation in rounds of ``gen_batch_multiplier`` x prompts until
 ``ceil(1 / (multiplier * keep_rate))`` rounds have produced enough mixed groups (the expected
@@ -43,7 +46,7 @@ from rlperf.modes import GenerationRounds, mode_of
 from rlperf.sim.interface import RolloutBatch, RolloutOutcome, StageCosts
 from rlperf.sim.kernel import Kernel, Segment, Task, TaskFn, TaskRun
 from rlperf.sim.result import Bounds, PoolStats, SimResult, StageTime, StalenessDistribution
-from rlperf.sim.rollout_state import RolloutState
+from rlperf.sim.rollout_state import Delivered, RolloutState
 from rlperf.specs.plan import Plan
 from rlperf.stages.base import StageCost
 
@@ -147,6 +150,9 @@ class Simulator:
         # local updates that consume a batch as it streams in (1: the whole batch at once).
         self.ahead = self.mode.ahead_share(self.colocated_switch) if self.rounds == 1 else 0.0
         self.parts = self.mode.train_parts(self.colocated_switch)
+        # Streaming whole prompt groups (verl fully_async): a few groups in flight at a time,
+        # training receives complete groups (rlperf.sim.rollout_state).
+        self.groups = self.mode.group_admission(cfg.prompts_per_step, self.colocated_switch)
         self.budget = self.mode.token_budget
         self.fusion = self.mode.fusion if self.mode.allows_fusion and self.gen_rounds.allows_fusion else None
         # Measured iterations, then the drain that keeps the pipeline full (not reported).
@@ -267,8 +273,12 @@ class Simulator:
                 return TaskRun(0.0, milestones=self._part_milestones(it, np.zeros(0), 0.0, final=True))
             before = int(batch.generated_tokens.sum())
             # ReMax's greedy baseline is needed whole in the same step: never budgeted.
-            if carry_over:
-                out: RolloutOutcome = self.costs.rollout(batch, gpus, budget, stop)
+            if carry_over and self.groups is not None:
+                # The stop in whole groups: the responses still wanted, ⌈k / G⌉ groups.
+                groups = replace(self.groups, stop_after_groups=None if stop is None else -(-stop // self.cfg.group_size))
+                out: RolloutOutcome = self.costs.rollout(batch, gpus, budget, None, groups)
+            elif carry_over:
+                out = self.costs.rollout(batch, gpus, budget, stop)
             else:
                 out = self.costs.rollout(batch, gpus, None)
             assert out.generated_tokens.shape == batch.target_tokens.shape
@@ -276,17 +286,17 @@ class Simulator:
             state.generated_tokens += float(out.generated_tokens.sum() - before)
             self._record(it, "generate_greedy" if greedy else "generate", out.cost)
             state.tail_s += out.tail_s
-            finished = engine.settle(batch, out, versions, carry_over)
+            delivered = engine.settle(batch, out, versions, carry_over, whole_groups=self.groups is not None)
             prior = state.finished
             if not greedy:
-                self._collect(it, rnd, batch, out, finished, versions, now, accumulate=phase == "main")
+                self._collect(it, delivered, now, accumulate=phase == "main")
             duration = out.cost.time_s
             releases = tuple(
                 (float(t), pool, out.gpus_per_replica) for t in np.sort(out.replica_finish_s) if t < duration - 1e-12
             )
             milestones = self._milestones(it, rnd, out)
             if not greedy and self.parts > 1:
-                fin = np.sort(out.finish_s[finished])
+                fin = np.sort(delivered.finish_s)
                 milestones += self._part_milestones(it, np.minimum(fin, duration), duration,
                                                     final=phase != "ahead", prior=prior)
             track = f"{pool}"
@@ -320,20 +330,18 @@ class Simulator:
                 out.append((float(end_s), f"gen#{it}:part{c}"))
         return tuple(out)
 
-    def _collect(self, it: int, rnd: int, batch: RolloutBatch, out: RolloutOutcome,
-                 finished: np.ndarray, versions: np.ndarray, start_s: float = 0.0,
-                 accumulate: bool = False) -> None:
-        """Decide which finished responses training sees in iteration ``it`` (``accumulate``:
-        a streaming main call adds to what its ahead call finished)."""
+    def _collect(self, it: int, delivered: Delivered, start_s: float = 0.0, accumulate: bool = False) -> None:
+        """Decide which delivered responses training sees in iteration ``it`` (``accumulate``:
+        a streaming main call adds to what its ahead call delivered)."""
         state = self.iters[it]
-        seq = (batch.prompt_tokens + batch.target_tokens)[finished]
-        fin_t = out.finish_s[finished]
-        ver = versions[finished]
+        seq = delivered.seq_tokens
+        fin_t = delivered.finish_s
+        ver = delivered.versions
         cfg = self.cfg
         want = cfg.prompts_per_step * cfg.group_size
-        state.finished += int(finished.sum())
+        state.finished += delivered.count
         fin_abs = start_s + fin_t
-        resp = batch.target_tokens[finished]
+        resp = delivered.response_tokens
         if accumulate and state.kept_seq_tokens is not None and state.kept_finish_s is not None:
             seq = np.concatenate([state.kept_seq_tokens, seq])
             fin_abs = np.concatenate([state.kept_finish_s, fin_abs])
@@ -349,7 +357,7 @@ class Simulator:
                 seq = np.concatenate([prev, seq])
                 if state.kept_finish_s is not None:
                     fin_abs = np.concatenate([state.kept_finish_s, fin_abs])
-        round_seq = (batch.prompt_tokens + batch.target_tokens)[finished]
+        round_seq = delivered.seq_tokens
         if accumulate and state.round_seq_tokens is not None:
             round_seq = np.concatenate([state.round_seq_tokens, round_seq])
         state.round_seq_tokens = round_seq

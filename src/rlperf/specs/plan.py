@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from rlperf.inputs.ranges import FusionChunks, NumGpus, NumTokens, Staleness, TrainParts
+from rlperf.inputs.ranges import FusionChunks, GroupsPerEngine, NumGpus, NumTokens, Staleness, TrainParts
 from rlperf.specs.base import Spec
 from rlperf.specs.parallel import EngineLayout, TrainLayout
 
@@ -101,6 +101,12 @@ class ExecutionMode(Spec):
     # as its share of the responses has finished (verl fully_async
     # ``trigger_parameter_sync_step``, each local update ``require_batches`` mini-batches).
     train_parts: TrainParts = 1
+    # Streaming, group admission (verl fully_async): the rollouter submits a prompt's group of
+    # responses together, keeps at most this many groups per engine in flight (verl:
+    # max_concurrent_samples = 16 x servers, at most (1 + threshold) batches) and submits the next
+    # only when a group has all its responses; the trainer receives whole groups. None: requests
+    # are admitted one by one as engine slots free, and training counts responses.
+    groups_per_engine: GroupsPerEngine | None = None
     # In-flight weight updates (PipelineRL, slime): the new weights are pushed while the engine
     # keeps decoding; the transfer does not pause the rollout GPUs.
     inflight_weight_updates: bool = False
@@ -113,6 +119,8 @@ class ExecutionMode(Spec):
             raise ValueError("partial_rollout needs token_budget")
         if self.train_parts > 1 and self.kind != "streaming":
             raise ValueError("train_parts > 1 needs kind='streaming' (the trainer consumes a streamed batch in parts)")
+        if self.groups_per_engine is not None and self.kind != "streaming":
+            raise ValueError("groups_per_engine needs kind='streaming' (a rollouter that streams prompt groups)")
         return self
 
     @property

@@ -29,6 +29,7 @@ from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout, check_engine_layout
 from rlperf.stages.rollout_engine import Book, Replica, ReplicaStats
+from rlperf.stages.rollout_groups import GroupGate
 from rlperf.stages.rollout_requests import RolloutOptions, RolloutRequests
 from rlperf.stages.rollout_runout import run_out, run_out_until
 from rlperf.stages.rollout_result import (
@@ -129,7 +130,7 @@ def _check_inputs(model: ModelSpec, cluster: Cluster, layout: EngineLayout) -> N
 
 
 def _check_static(opts: RolloutOptions) -> None:
-    for name in ("time_limit_s", "stop_after_num_finished"):
+    for name in ("time_limit_s", "stop_after_num_finished", "max_groups_in_flight", "stop_after_num_groups"):
         if getattr(opts, name) is not None:
             raise SpecError(f"options.{name}", "a static-batching engine runs whole batches and cannot stop early",
                             "engine.batching: continuous")
@@ -215,22 +216,33 @@ def _drive(
     opts: RolloutOptions,
     replica_of: np.ndarray,
 ) -> float:
-    """Run the replicas in global time order; return the stop time (inf if none)."""
+    """Run the replicas in global time order; return the stop time (inf if none). With group
+    admission (:mod:`rlperf.stages.rollout_groups`) the requests of a group arrive when the
+    driver submits it, and finishes are reported to the gate as they happen."""
     choose = _dispatcher(requests, opts, replicas)
     slots = _round_robin_slots(requests.group_id, len(replicas)) if opts.dispatch == "round_robin" else None
     arrival = requests.arrival_s
-    order_arr = np.argsort(arrival, kind="stable")
+    gated = opts.max_groups_in_flight is not None or opts.stop_after_num_groups is not None
+    gate = GroupGate(requests.group_id, arrival, opts.max_groups_in_flight) if gated else None
+    if gate is None:
+        order_arr = np.argsort(arrival, kind="stable")
+    else:  # the groups submitted at the start; the others arrive through the gate
+        first = np.array(gate.initial(), np.int64)
+        order_arr = first[np.argsort(arrival[first], kind="stable")]
     order = order_arr.tolist()
     arrival_list = arrival.tolist()
     arrival_sorted = arrival[order_arr].tolist()
     t_stop = opts.time_limit_s if opts.time_limit_s is not None else math.inf
     want = opts.stop_after_num_finished
+    want_groups = opts.stop_after_num_groups
     debug = opts.debug_checks
     version = [0] * len(replicas)
     heap: list[tuple[float, int, int]] = []
     ptr, n = 0, len(order)
     arrived: list[int] = []  # requests dispatched, and the replica of each (replica_of at the end)
     went_to: list[int] = []
+    if gate is not None:
+        book.done_log = []
 
     def replan(r: Replica) -> None:
         r.events()
@@ -241,10 +253,19 @@ def _drive(
         if end < math.inf:
             heapq.heappush(heap, (end, r.index, version[r.index]))
 
+    def groups_done() -> float:
+        """Report finishes to the gate; the time the stop's group completed (inf: not yet)."""
+        assert gate is not None and book.done_log is not None
+        gate.finished(book.done_log, book.finish_s)
+        if want_groups is not None and gate.completed >= want_groups:
+            return gate.completed_at[want_groups - 1]
+        return math.inf
+
     while True:
-        if ptr == n and not opts.event_by_event:
+        if ptr == n and not opts.event_by_event and (gate is None or (gate.exhausted and want_groups is None)):
             # Every request has arrived: no replica can affect another any more, so each runs
             # out on its own (same result, faster), up to the stop if one is set.
+            book.done_log = None
             if t_stop == math.inf and want is None:
                 run_out(replicas, debug)
             else:
@@ -253,6 +274,8 @@ def _drive(
         while heap and heap[0][2] != version[heap[0][1]]:
             heapq.heappop(heap)
         t_arr = arrival_list[order[ptr]] if ptr < n else math.inf
+        if gate is not None:
+            t_arr = min(t_arr, gate.next_s)
         t_rep = heap[0][0] if heap else math.inf
         t_next = min(t_arr, t_rep)
         if t_next > t_stop or t_next == math.inf:
@@ -276,6 +299,15 @@ def _drive(
                     by_index[r.index] = r
                     ptr += 1
                 touched = list(by_index.values())
+            if gate is not None:  # groups the gate submits now, after the ones queued at the start
+                by_index = {r.index: r for r in touched}
+                for i in gate.pop_at(t_arr):
+                    r = choose(i)
+                    r.waiting.append(i)
+                    arrived.append(i)
+                    went_to.append(r.index)
+                    by_index[r.index] = r
+                touched = list(by_index.values())
             for r in touched:
                 if r.plan is None:
                     r.t = max(r.t, t_arr)
@@ -283,6 +315,8 @@ def _drive(
                 elif r.could_admit():
                     r.run_until(t_arr, round_up=True)
                     replan(r)
+            if gate is not None:
+                t_stop = min(t_stop, groups_done())
         else:
             _, idx, _ = heapq.heappop(heap)
             r = replicas[idx]
@@ -290,8 +324,12 @@ def _drive(
             replan(r)
             if want is not None and book.num_finished >= want:
                 t_stop = min(t_stop, r.t)
+            if gate is not None:
+                t_stop = min(t_stop, groups_done())
+    book.done_log = None
     replica_of[arrived] = went_to
-    stopped = t_stop < math.inf and (ptr < n or any(r.plan is not None for r in replicas))
+    unsent = ptr < n or (gate is not None and not gate.exhausted)
+    stopped = t_stop < math.inf and (unsent or any(r.plan is not None for r in replicas))
     if stopped:
         for r in replicas:
             r.run_until(t_stop, round_up=False)

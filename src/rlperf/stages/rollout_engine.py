@@ -70,6 +70,8 @@ class Book:
         self.private_kv = [0] * n  # KV tokens of the request not shared with its group
         self.order = [0] * n  # join sequence number (stale-heap-entry check)
         self.num_finished = 0  # requests that reached their full response
+        # Requests finished since the driver last looked (group admission only: None otherwise).
+        self.done_log: list[int] | None = None
 
 
 @dataclass
@@ -233,6 +235,8 @@ class Replica:
             self.log.finished.append(i)
         if bk.generated[i] == bk.response[i]:
             bk.num_finished += 1
+        if bk.done_log is not None:
+            bk.done_log.append(i)
         self.blocked = False
 
     def _preempt(self) -> None:

@@ -130,6 +130,14 @@ class RolloutOptions(Spec):
     """Stop at this time; requests still queued or running are returned with their counts."""
     stop_after_num_finished: int | None = Field(default=None, gt=0)
     """Stop as soon as this many requests have finished (active partial rollout, APRIL)."""
+    max_groups_in_flight: int | None = Field(default=None, gt=0)
+    """Group admission (verl fully-async rollouter): the driver submits a group's requests
+    together and keeps at most this many groups in flight; the next group (in order of first
+    appearance) is submitted when one has all its requests finished
+    (:mod:`rlperf.stages.rollout_groups`). None: every request is submitted at its arrival."""
+    stop_after_num_groups: int | None = Field(default=None, gt=0)
+    """Stop as soon as this many groups have all their requests finished (a trainer that takes
+    whole groups)."""
     cuda_graphs: bool = True
     """Decode steps replay CUDA graphs (vLLM and SGLang default): the launch floor uses the
     profile's graph_kernel_launch_s instead of kernel_launch_s."""

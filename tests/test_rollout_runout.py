@@ -57,18 +57,21 @@ def requests_of(groups: list[tuple[int, list[int]]], kv: int | None) -> tuple[Ro
     kv=st.sampled_from([12_000, 40_000, None]),
     token_budget=st.sampled_from([None, 500]),
     moe=st.booleans(),
+    debug=st.booleans(),
 )
 def test_run_out_equals_event_by_event(
     groups: list[tuple[int, list[int]]], replicas: int, tp_pp: tuple[int, int], max_num_seqs: int,
-    budget: int, sharing: bool, kv: int | None, token_budget: int | None, moe: bool,
+    budget: int, sharing: bool, kv: int | None, token_budget: int | None, moe: bool, debug: bool,
 ) -> None:
+    """``debug``: the invariants checked at every event (the engine's loop then keeps its
+    state on the replica throughout)."""
     req, cap = requests_of(groups, kv)
     layout = EngineLayout(
         tp=tp_pp[0], pp=tp_pp[1], replicas=replicas, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max(budget, max_num_seqs), prefix_sharing=sharing,
     )
     model = MOE if moe else QWEN7
-    opts = RolloutOptions(token_budget_per_request=token_budget, debug_checks=True)
+    opts = RolloutOptions(token_budget_per_request=token_budget, debug_checks=debug)
     fast = simulate_rollout(model, H100, layout, req, opts, cap)
     slow = simulate_rollout(model, H100, layout, req, opts.model_copy(update={"event_by_event": True}), cap)
     assert_same(fast, slow)
@@ -115,7 +118,7 @@ def test_run_out_to_a_stop_equals_event_by_event(
     replica (set back to the stop) leaves every figure as the event-by-event loop does."""
     req, cap = requests_of(groups, kv)
     layout = EngineLayout(replicas=replicas, max_num_seqs=max_num_seqs, max_num_batched_tokens=2048)
-    opts = RolloutOptions(token_budget_per_request=token_budget, debug_checks=True, **{stop[0]: stop[1]})
+    opts = RolloutOptions(token_budget_per_request=token_budget, **{stop[0]: stop[1]})
     saved = runout.STOP_BATCH_RUNS
     runout.STOP_BATCH_RUNS = batch
     try:
@@ -124,6 +127,22 @@ def test_run_out_to_a_stop_equals_event_by_event(
         runout.STOP_BATCH_RUNS = saved
     slow = simulate_rollout(QWEN7, H100, layout, req, opts.model_copy(update={"event_by_event": True}), cap)
     assert_same(fast, slow)
+
+
+def test_run_out_under_preemption_storms() -> None:
+    """A cache that holds a few sequences, prompts prefilled over several steps: preemptions
+    while a wave is in flight, waves joining while admission waits, storms of evictions."""
+    rng = np.random.default_rng(0)
+    n = 400
+    group = np.repeat(np.arange(n // 4), 4)
+    prompt = rng.integers(50, 1500, n // 4)[group]
+    response = rng.integers(1, 3000, n)
+    req = RolloutRequests.build(prompt, response, group)
+    layout = EngineLayout(replicas=2, max_num_seqs=64, max_num_batched_tokens=256)
+    cap = int(np.max(prompt + response)) + 8000
+    fast = simulate_rollout(QWEN7, H100, layout, req, RolloutOptions(), cap)
+    assert fast.num_preemptions > 1000
+    assert_same(fast, simulate_rollout(QWEN7, H100, layout, req, RolloutOptions(event_by_event=True), cap))
 
 
 coef = st.floats(0.0, 10.0, allow_nan=False)

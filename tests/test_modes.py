@@ -141,6 +141,22 @@ def test_streaming_conserves_tokens_under_interruption(threshold: float, parts: 
         assert all(s.kept_seq_tokens is not None and len(s.kept_seq_tokens) % 4 == 0 for s in sim.iters)
 
 
+def test_whole_groups_are_never_lost_next_to_a_greedy_call() -> None:
+    """ReMax's greedy baseline call runs between streamed calls: responses held for their
+    group stay held, and every sampled response is trained once or still in flight."""
+    from rlperf.sim.simulate import Simulator
+
+    m = ExecutionMode(kind="streaming", staleness_threshold=0.5, train_parts=2, groups_per_engine=1)
+    cfg = SimConfig(name="toy", algorithm=get_algorithm("ReMax"), plan=Plan(placement=SPLIT, mode=m), num_gpus=8,
+                    prompts_per_step=8, group_size=4, sample=toy_sampler(5), minibatches=2, iterations=6, warmup=1,
+                    max_response_tokens=2000)
+    sim = Simulator(cfg, ToyCosts())
+    sim.run()
+    trained = sum(len(s.kept_seq_tokens) for s in sim.iters if s.kept_seq_tokens is not None)
+    in_flight = sum(0 if b is None else b.num_requests for b in (sim.engine.carry, sim.engine.held))
+    assert trained + in_flight == sim.num_iterations * 8 * 4 + 4 * 4  # + the first call's τ·B prompts
+
+
 @pytest.mark.parametrize(("threshold", "parts", "groups"),
                          [(0.5, 1, None), (1.0, 1, None), (0.0, 4, None), (0.5, 4, None), (0.5, 4, 1), (0.0, 4, 2)])
 def test_more_rollout_gpus_never_slow_a_streaming_plan(threshold: float, parts: int, groups: int | None) -> None:

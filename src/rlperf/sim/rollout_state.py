@@ -112,5 +112,7 @@ class RolloutState:
                                                          for f in ("prompt_tokens", "target_tokens",
                                                                    "generated_tokens", "group_ids")))
         self.held_version = np.concatenate([hv, versions[wait]])
+        # A held response waits for requests of its group still in flight (in the carry).
+        assert self.carry is not None and np.isin(self.held.group_ids, self.carry.group_ids).all()
         return Delivered(*(np.concatenate([getattr(d, f) for d in parts])
                            for f in ("seq_tokens", "response_tokens", "finish_s", "versions")))

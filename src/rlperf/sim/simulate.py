@@ -286,7 +286,7 @@ class Simulator:
             state.generated_tokens += float(out.generated_tokens.sum() - before)
             self._record(it, "generate_greedy" if greedy else "generate", out.cost)
             state.tail_s += out.tail_s
-            delivered = engine.settle(batch, out, versions, carry_over, whole_groups=self.groups is not None)
+            delivered = engine.settle(batch, out, versions, carry_over, whole_groups=self.groups is not None and carry_over)
             prior = state.finished
             if not greedy:
                 self._collect(it, delivered, now, accumulate=phase == "main")

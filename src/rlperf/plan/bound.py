@@ -44,11 +44,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlperf.plan.estimate import Estimator, pool_sizes
+from rlperf.plan.estimate import Estimator
 from rlperf.plan.space import Candidate
 from rlperf.scenario import Scenario
 from rlperf.specs.parallel import EngineLayout
-from rlperf.modes import mode_of
 from rlperf.stages.rollout import solo_times_s
 from rlperf.stages.rollout_step import StepModel
 
@@ -80,7 +79,6 @@ class Bounder:
         self._train: dict[tuple[str, int], tuple[float, float]] = {}
         self._stages = sc.algorithm.active_stages(sc.epochs * sc.minibatches)
         self._pools: dict[tuple[tuple[tuple[str, str], ...], int], tuple[dict[str, float], dict[str, float]]] = {}
-        self._placed: dict[tuple[object, ...], tuple[dict[str, int], dict[str, str]]] = {}
 
     def _sample(self, it: int) -> tuple[np.ndarray, np.ndarray, float]:
         """(prompt, response) lengths per request and the trained tokens of iteration ``it``:
@@ -163,7 +161,7 @@ class Bounder:
     def bound(self, cand: Candidate) -> PlanBound:
         """The smallest of the per-iteration bounds over the iterations the simulator averages
         (each draws its own batch): a lower bound on their mean."""
-        mode = mode_of(cand.plan.mode)
+        mode = self.est.mode(cand.plan)
         wl = self.sc.workload
         if mode.stop_after_finished(wl.prompts_per_step * wl.group_size) is not None:
             # A call that stops at the first B·G finished responses trains the short ones and
@@ -176,14 +174,9 @@ class Bounder:
         sc = self.sc
         plan = cand.plan
         total = sc.cluster.num_gpus
-        where = plan.placement  # its fields as a key (the assign dict is not hashable)
-        key = (where.kind, where.rollout_gpus, where.pools, tuple(sorted(where.assign.items())))
-        placed = self._placed.get(key)
-        if placed is None:
-            placed = self._placed[key] = pool_sizes(plan, total)
-        size, assign = placed
+        size, assign = self.est.placed(plan)
         gen_pool = assign["generate"]
-        mode = mode_of(plan.mode)
+        mode = self.est.mode(plan)
         gen_work, depth = self._rollout_terms(plan.rollout, mode.token_budget, it)
         # A pipelined loop overlaps up to s + 1 iterations: only depth / (s + 1) is sure per step.
         # Partial rollouts carry requests over: counted as pipelined with at least s = 1.

@@ -31,13 +31,13 @@ from typing import Literal
 import numpy as np
 
 from rlperf.errors import SpecError
-from rlperf.modes import GenerationRounds, StepParts, mode_of
+from rlperf.modes import GenerationRounds, Mode, StepParts, mode_of
 from rlperf.plan.rollout_sample import ReplicaSample
 from rlperf.plan.space import Candidate
 from rlperf.scenario import Scenario
 from rlperf.sim.costs import AnalyticCosts
 from rlperf.sim.interface import RolloutBatch
-from rlperf.specs.plan import Plan
+from rlperf.specs.plan import ExecutionMode, Plan
 from rlperf.stages.base import StageCost
 
 
@@ -69,6 +69,9 @@ class Estimator:
         self.n_prompts = sc.workload.prompts_per_step
         self.g = sc.workload.group_size
         self._memo: dict[tuple[object, ...], object] = {}
+        self._placed: dict[tuple[object, ...], tuple[dict[str, int], dict[str, str]]] = {}
+        self._modes: dict[ExecutionMode, Mode] = {}
+        self._lags: dict[tuple[ExecutionMode, bool], int] = {}
         self.evaluations = 0  # component cost evaluations (cache misses)
         gen_rounds = GenerationRounds.of(sc.algorithm, sc.spec.algorithm.keep_rate)
         self.gen_rounds = gen_rounds
@@ -157,22 +160,43 @@ class Estimator:
         return self._cached(("switch", plan.layouts["actor"], gpus, to),  # type: ignore[no-any-return]
                             lambda: costs.phase_switch(gpus, to).time_s)
 
+    def placed(self, plan: Plan) -> tuple[dict[str, int], dict[str, str]]:
+        """:func:`pool_sizes` of ``plan`` on the scenario's GPUs, memoized by the placement's
+        fields (thousands of candidates share a few placements; the callers only read it)."""
+        where = plan.placement  # its fields as a key (the assign dict is not hashable)
+        key = (where.kind, where.rollout_gpus, where.pools, tuple(sorted(where.assign.items())))
+        got = self._placed.get(key)
+        if got is None:
+            got = self._placed[key] = pool_sizes(plan, self.sc.cluster.num_gpus)
+        return got
+
+    def mode(self, plan: Plan) -> Mode:
+        """``mode_of(plan.mode)``, memoized (a mode is a frozen value of its spec)."""
+        got = self._modes.get(plan.mode)
+        if got is None:
+            got = self._modes[plan.mode] = mode_of(plan.mode)
+        return got
+
     def expected_staleness(self, plan: Plan) -> int:
         """The largest policy lag the simulator is expected to give ``plan``'s trained responses
         (rlperf.modes.Mode.expected_staleness); needs no stage cost."""
-        _, assign = pool_sizes(plan, self.sc.cluster.num_gpus)
+        _, assign = self.placed(plan)
         shared = assign["generate"] == assign["actor"] and plan.offload_between_phases
-        return mode_of(plan.mode).expected_staleness(self.batch, shared)
+        key = (plan.mode, shared)
+        got = self._lags.get(key)
+        if got is None:
+            got = self._lags[key] = self.mode(plan).expected_staleness(self.batch, shared)
+        return got
 
     def estimate(self, cand: Candidate) -> Estimate:
         """Closed-form step time of ``cand``; raises SpecError (with the reason) if infeasible."""
         sc = self.sc
         plan = cand.plan
         total = sc.cluster.num_gpus
-        size, assign = pool_sizes(plan, total)
+        size, assign = self.placed(plan)
         gen_pool = assign["generate"]
         g_gen = size[gen_pool]
-        mode = mode_of(plan.mode)
+        mode = self.mode(plan)
         budget = mode.steady_budget(self.batch)
         updates = sc.epochs * sc.minibatches
         stages = sc.algorithm.active_stages(updates)

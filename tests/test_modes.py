@@ -335,3 +335,14 @@ def test_a_steady_call_runs_every_piece_of_one_steps_responses(lengths: list[int
     streaming = mode_of(ExecutionMode(kind="streaming", staleness_threshold=tau))
     delta = streaming.steady_budget(fresh)
     assert delta is not None and delta * (1 + tau) * n >= target.sum() > (delta - 1) * (1 + tau) * n
+
+
+def test_a_warm_up_longer_than_the_cap_runs_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A partial rollout of budget 100 under a 2,000-token cap needs ⌈2000/100⌉ - 1 = 19 warm-up
+    # calls; with the cap lowered to 3 it must get 3 (it used to get none past the cap).
+    import rlperf.sim.simulate as simulate_module
+
+    monkeypatch.setattr(simulate_module, "MAX_SETTLE_ITERATIONS", 3)
+    r = run(ExecutionMode(kind="partial_rollout", token_budget=100), iterations=2, sample=toy_sampler(1))
+    assert r.warmup == 3
+    assert any("settles after" in n for n in r.notes)

@@ -781,8 +781,9 @@ def _union_length(spans: list[tuple[float, float]]) -> float:
     return total
 
 
-# Streaming: at most this many warm-up iterations are simulated to let the carried requests
-# settle (a longer tail is reported in the result's notes instead).
+# At most this many warm-up iterations are simulated to let the carried requests settle or a
+# partial rollout fill its pipeline (a longer need runs this many, and the notes say how many
+# it needed).
 MAX_SETTLE_ITERATIONS = 24
 
 
@@ -794,8 +795,10 @@ def simulate(cfg: SimConfig, costs: StageCosts) -> SimResult:
     sim = Simulator(cfg, costs)
     result = sim.run()
     for _ in range(2):
-        need = max(sim.settle_iterations(), sim.warmup_needed)
-        if need <= sim.warmup or need > MAX_SETTLE_ITERATIONS:
+        # A longer need is simulated up to the cap (not skipped: skipping made a need of 25
+        # get no warm-up at all while a need of 24 got 24), and the result's notes say so.
+        need = min(max(sim.settle_iterations(), sim.warmup_needed), MAX_SETTLE_ITERATIONS)
+        if need <= sim.warmup:
             break
         measured = cfg.iterations - sim.warmup
         cfg = replace(cfg, iterations=need + measured, warmup=need)

@@ -155,3 +155,23 @@ def test_shared_layout_costs_give_what_a_fresh_instance_gives() -> None:
             for x, y in ((fa, fb), (shared.backward(a, shapes, fa), fresh.backward(b, shapes, fb))):
                 assert all(np.array_equal(getattr(x, f.name), getattr(y, f.name))
                            for f in dataclasses.fields(x))
+
+
+def test_primed_collectives_are_the_ones_costed_plan_by_plan() -> None:
+    from rlperf.catalog import load_model
+    from rlperf.specs.hardware_catalog import make_cluster
+    from rlperf.stages.microbatch import microbatches_for
+    from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes
+
+    m, cl = load_model("Qwen2.5-0.5B"), make_cluster("H100", num_gpus=16)
+    lay = TrainLayout(dp=2, tp=2, pp=2, cp=2, ep=1, max_tokens_per_microbatch=2048)
+    rng = np.random.default_rng(4)
+    plans = [MicroBatchShapes.of(microbatches_for(rng.integers(50, 3000, 48), lay)) for _ in range(3)]
+    plans.append(MicroBatchShapes.single(np.array([2999])))
+    primed, plain = LayoutCosts(m, cl, lay), LayoutCosts(m, cl, lay)
+    primed.prime(plans)
+    for shapes in plans:
+        for a, b in zip(primed.shards, plain.shards):
+            fa, fb = primed.forward(a, shapes), plain.forward(b, shapes)
+            for x, y in ((fa, fb), (primed.backward(a, shapes, fa), plain.backward(b, shapes, fb))):
+                assert all(np.array_equal(getattr(x, f.name), getattr(y, f.name)) for f in dataclasses.fields(x))

@@ -80,6 +80,8 @@ def forward_pass(
 
     devices = layout.tp * layout.cp
     shapes = MicroBatchShapes.of(plan, padded)
+    longest = MicroBatchShapes.single(np.array([seqs.max()]))
+    costs.prime([shapes, longest])
     tally = Tally()
     times = np.zeros((layout.pp, shapes.tokens.size))
     parts: list[dict[str, np.ndarray]] = []  # per stage: each component, per micro-batch
@@ -97,7 +99,6 @@ def forward_pass(
     r = int(np.argmax(pipe.total_s))
     mine = plan.rank_of == r
     busy = {k: sum(v[mine].tolist()) for k, v in parts[int(pipe.busiest_stage[r])].items()} if mine.any() else {}
-    longest = MicroBatchShapes.single(np.array([seqs.max()]))
     depth = sum(float(costs.forward(shard, longest).compute_s[0]) for shard in costs.shards)
     return StageCost(
         name=name,

@@ -83,8 +83,8 @@ outermost, as Megatron-Core orders its process groups):
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Literal
 
@@ -548,6 +548,27 @@ class LayoutCosts:
         units = CommUnits(tp, head, ring, a2a, ep, pp)
         self._comm_cache[key] = units
         return units
+
+    def prime(self, plans: Sequence[MicroBatchShapes]) -> None:
+        """Cost every shard's collectives at all the distinct token counts of ``plans`` in one
+        pass per shard and file each plan's share where its passes look for it: a stage model
+        costs several micro-batch plans (a step's mini-batches, the longest sequence alone), and
+        each collective's cost at one size does not depend on the other sizes costed with it
+        (elementwise formulas), so this changes no figure, only the number of passes."""
+        lay = self.layout
+        if lay.tp == lay.cp == lay.ep == lay.pp == 1:  # _comm costs nothing per size here
+            return
+        sizes = [mb.distinct_tokens[0] / lay.cp for mb in plans]
+        union = np.unique(np.concatenate(sizes)) if sizes else np.zeros(0)
+        if union.size == 0:
+            return
+        for shard in self.shards:
+            units = self._units(shard, union)
+            for t in sizes:
+                key = (shard.stage, t.tobytes())
+                if key not in self._comm_cache:
+                    at = np.searchsorted(union, t)
+                    self._comm_cache[key] = CommUnits(*(getattr(units, f.name)[:, at] for f in fields(CommUnits)))
 
     def _spread(self, shard: StageShard, mb: MicroBatchShapes) -> dict[str, np.ndarray]:
         """Per kind of :class:`CommUnits`: rows (time, bytes), one column per micro-batch of

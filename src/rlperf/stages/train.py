@@ -124,7 +124,10 @@ def train_step(
     )
     check_fits(mem, cluster.accelerator.hbm_bytes, name)
 
-    steps = [_step(costs, plan, cpu_adam_params_per_s) for plan in plans]
+    shapes = [MicroBatchShapes.of(p, padded=not layout.packing) for p in plans]
+    longest = [MicroBatchShapes.single(np.array([p.longest_sequence()])) for p in plans]
+    costs.prime(shapes + longest)
+    steps = [_step(costs, plan, sh, lg, cpu_adam_params_per_s) for plan, sh, lg in zip(plans, shapes, longest)]
     busy: dict[str, float] = {}
     tally = Tally()
     for st in steps:
@@ -153,12 +156,14 @@ def cpu_adam_params_per_s_for(cluster: Cluster, layout: TrainLayout) -> float:
     return host_adam_rate(cluster, "fp32", layout.grad_dtype, layout.param_dtype)
 
 
-def _step(costs: LayoutCosts, plan: MicroBatches, cpu_adam_params_per_s: float | None) -> StepCost:
-    """One optimizer step on the mini-batch ``plan``."""
+def _step(costs: LayoutCosts, plan: MicroBatches, shapes: MicroBatchShapes, longest: MicroBatchShapes,
+          cpu_adam_params_per_s: float | None) -> StepCost:
+    """One optimizer step on the mini-batch ``plan`` (``shapes``: its micro-batches; ``longest``:
+    its longest sequence alone, for the depth)."""
     lay = costs.layout
     devices = lay.tp * lay.cp
     tally = Tally()
-    total, busy, bubble, last_bwd = _pipeline(costs, plan, tally, devices)
+    total, busy, bubble, last_bwd = _pipeline(costs, plan, shapes, tally, devices)
 
     # Once per step: gradient reduction (ZeRO 0-1, Megatron's ZeRO-2), parameter gather (ZeRO
     # 1-2), optimizer.
@@ -179,7 +184,6 @@ def _step(costs: LayoutCosts, plan: MicroBatches, cpu_adam_params_per_s: float |
     busy["param_gather"] = gather
     busy["optimizer"] = opt
 
-    longest = MicroBatchShapes.single(np.array([plan.longest_sequence()]))
     depth = 0.0
     for sh in costs.shards:
         fwd = costs.forward(sh, longest)
@@ -188,13 +192,12 @@ def _step(costs: LayoutCosts, plan: MicroBatches, cpu_adam_params_per_s: float |
 
 
 def _pipeline(
-    costs: LayoutCosts, plan: MicroBatches, tally: Tally, devices: int
+    costs: LayoutCosts, plan: MicroBatches, shapes: MicroBatchShapes, tally: Tally, devices: int
 ) -> tuple[float, dict[str, float], float, list[float]]:
-    """Forward + backward of every dp rank's micro-batches through the pipeline, all ranks at
-    once: the straggler's (time, parts of its busiest stage, bubble, each stage's last backward
-    compute time); the work of all ranks goes to ``tally``."""
+    """Forward + backward of every dp rank's micro-batches (``shapes``, of ``plan``) through the
+    pipeline, all ranks at once: the straggler's (time, parts of its busiest stage, bubble, each
+    stage's last backward compute time); the work of all ranks goes to ``tally``."""
     lay = costs.layout
-    shapes = MicroBatchShapes.of(plan, padded=not lay.packing)
     times = np.zeros((lay.pp, shapes.tokens.size))
     parts: list[dict[str, np.ndarray]] = []  # per stage: each component, per micro-batch
     bwd_compute: list[np.ndarray] = []

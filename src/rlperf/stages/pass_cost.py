@@ -84,7 +84,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
@@ -193,18 +193,21 @@ class PassCost:
     pp_s: np.ndarray
     comm_bytes: np.ndarray  # sent by this device
 
-    @property
+    # The derived times below are read several times per pass (a stage model sums them, the
+    # gathers overlap the compute): computed once each (the fields are never reassigned).
+
+    @cached_property
     def compute_s(self) -> np.ndarray:
         compute: np.ndarray = self.body_s + self.launch_s
         return compute
 
-    @property
+    @cached_property
     def device_s(self) -> np.ndarray:
         """The pass's kernels and in-stage collectives (tp, cp, ep) on the device, back to back."""
         device: np.ndarray = self.compute_s + self.tp_s + self.cp_s + self.ep_s
         return device
 
-    @property
+    @cached_property
     def host_exposed_s(self) -> np.ndarray:
         """Host time the device waits for: the host issues the pass while the device runs it
         (the collectives are asynchronous to it), so only what it needs beyond that shows:
@@ -220,7 +223,7 @@ class PassCost:
         blended: np.ndarray = np.maximum(0.0, (self.host_s**k + device**k) ** (1.0 / k) - device)
         return blended
 
-    @property
+    @cached_property
     def time_s(self) -> np.ndarray:
         """``max(host, device)`` (or its smooth form), then the pipeline send, which
         synchronizes host and device."""
@@ -247,18 +250,27 @@ class Exposed:
     bytes_sent: float
 
 
+# The kinds of a pass's communication: tp (the layers' activations), tp_head (vocab-parallel
+# log-softmax, forward only), ring (one ring-attention step of one layer: its exposure depends on
+# the attention time), a2a (Ulysses), ep, pp.
+COMM_KINDS = ("tp", "tp_head", "ring", "a2a", "ep", "pp")
+
+
 @dataclass(frozen=True)
 class CommUnits:
     """(time, bytes sent) of one pass's communication per kind, for one device, at each of
-    several per-device token counts (rows: time, bytes; one column per count); ``ring`` is one
-    ring-attention step of one layer (its exposure depends on the attention time)."""
+    several per-device token counts: ``table[k]`` is kind ``COMM_KINDS[k]``'s rows (time,
+    bytes), one column per count (one table, so that spreading it over micro-batches is one
+    indexing)."""
 
-    tp: np.ndarray  # the layers' activations
-    tp_head: np.ndarray  # vocab-parallel log-softmax, forward only
-    ring: np.ndarray
-    a2a: np.ndarray  # Ulysses
-    ep: np.ndarray
-    pp: np.ndarray
+    table: np.ndarray  # (kind, time | bytes, count)
+
+    def at(self, index: np.ndarray) -> CommUnits:
+        """The columns ``index`` (counts, in that order)."""
+        return CommUnits(self.table[:, :, index])
+
+    def by_kind(self) -> dict[str, np.ndarray]:
+        return dict(zip(COMM_KINDS, self.table))
 
 
 def _total(ops: list[CollectiveCosts], times: float) -> np.ndarray:
@@ -545,7 +557,7 @@ class LayoutCosts:
         if lay.pp > 1:
             boundary = t * d * _C / (lay.tp if lay.sequence_parallel else 1)
             pp = _total([p2p_each(cl, boundary, self.pp_same_node)], lay.virtual_stages)
-        units = CommUnits(tp, head, ring, a2a, ep, pp)
+        units = CommUnits(np.stack((tp, head, ring, a2a, ep, pp)))
         self._comm_cache[key] = units
         return units
 
@@ -567,8 +579,7 @@ class LayoutCosts:
             for t in sizes:
                 key = (shard.stage, t.tobytes())
                 if key not in self._comm_cache:
-                    at = np.searchsorted(union, t)
-                    self._comm_cache[key] = CommUnits(*(getattr(units, f.name)[:, at] for f in fields(CommUnits)))
+                    self._comm_cache[key] = units.at(np.searchsorted(union, t))
 
     def _spread(self, shard: StageShard, mb: MicroBatchShapes) -> dict[str, np.ndarray]:
         """Per kind of :class:`CommUnits`: rows (time, bytes), one column per micro-batch of
@@ -579,8 +590,7 @@ class LayoutCosts:
         if hit is not None and hit[0] is mb:
             return hit[1]
         tokens, where = mb.distinct_tokens
-        units = self._units(shard, tokens / self.layout.cp)
-        u = {kind: getattr(units, kind)[:, where] for kind in ("tp", "tp_head", "ring", "a2a", "ep", "pp")}
+        u = self._units(shard, tokens / self.layout.cp).at(where).by_kind()
         self._spread_memo[shard.stage] = (mb, u)
         return u
 

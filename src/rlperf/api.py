@@ -211,6 +211,7 @@ def plan(
     top_k: int = 3,
     fine_splits: bool = False,
     explain: bool = True,
+    timeline: bool = True,
     resolved: tuple[Scenario, LengthChoice] | None = None,
     mapper: Mapper | None = None,
     progress: Progress | None = None,
@@ -220,7 +221,9 @@ def plan(
 
     ``question``: the overrides of :class:`Question`. ``resolved`` replaces the scenario and the
     question with a resolved scenario and its length choice (``rlperf plan --from verl CONFIG``
-    passes an imported configuration)."""
+    passes an imported configuration). ``timeline=False``: the best plan's result carries no
+    engine timeline segments (only the HTML report draws them; the best plan is not simulated
+    again to add them), every figure the same."""
     from rlperf.errors import SpecError
     from rlperf.frameworks.presets import get_framework
     from rlperf.plan.explain import explain as explain_plan
@@ -243,7 +246,7 @@ def plan(
     mapper = mapper or local_mapper()
     opts = SearchOptions(max_staleness=max_staleness, top_k=top_k, objective=objective, plan_filter=preset,
                          fine_splits_at_gpus=sc.cluster.num_gpus if fine_splits else None)
-    res = search(sc, opts, mapper, progress)
+    res = search(sc, opts, mapper, progress, timeline=timeline)
     best = res.best
     assert best.sim is not None
     on = resized(sc, best.num_gpus).with_plan(best.plan)

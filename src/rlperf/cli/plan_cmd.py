@@ -110,7 +110,7 @@ def plan_cmd(
     with progress_reporter(console) as progress:
         ans = plan(scenario, end_mean_response=end_mean_response, steps=steps, lengths=sweep, framework=framework,
                    objective=objective, max_staleness=max_staleness, top_k=top_k, fine_splits=fine_splits,
-                   resolved=resolved, mapper=mapper,
+                   resolved=resolved, mapper=mapper, timeline=report is not None,
                    progress=progress, model=model, gpu=gpu, nodes=nodes, gpus_per_node=gpus_per_node,
                    algorithm=algorithm, workload=workload, prompts=prompts, group_size=group_size,
                    max_response=max_response, mean_response=mean_response, median_response=median_response,

@@ -260,6 +260,7 @@ def search(
     mapper: Mapper | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     include_user_plan: bool = True,
+    timeline: bool = True,
 ) -> PlanSearchResult:
     """Branch and bound over the plan space of every GPU count (rlperf.plan.bound):
 
@@ -277,6 +278,9 @@ def search(
     several steps) wait until everything else is simulated or pruned: their simulation would
     most likely refuse them, and the prediction is no proof, so with an unlimited budget they
     are still simulated (the search stays exhaustive).
+
+    ``timeline``: the best plan simulated once more with the engine timeline (the HTML report
+    draws it); without it the best plan's result has no engine segments, every figure the same.
     """
     opts = opts or SearchOptions()
     mapper = mapper or local_mapper()
@@ -424,7 +428,7 @@ def search(
         raise SpecError("plan", f"no feasible plan on {sc.cluster.num_gpus} GPUs: {reasons}")
     ranked = sorted((e for e in ok if e.source != "user"), key=lambda e: (obj(e), e.label, e.num_gpus))
     first = ranked[0] if ranked else ok[0]
-    best_eval = _with_timeline(subs[first.num_gpus], first)
+    best_eval = _with_timeline(subs[first.num_gpus], first) if timeline else first
     ok = [best_eval if e is first else e for e in ok]
     evals = [best_eval if e is first else e for e in evals]
     ranked = [best_eval if e is first else e for e in ranked]

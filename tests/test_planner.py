@@ -75,3 +75,12 @@ def test_json_output_validates_against_the_documented_schema(two_nodes: PlanSear
     doc = json.loads(json.dumps(search_json(two_nodes), default=float))
     jsonschema.validate(doc, schema)
     assert doc["best"]["step_time_s"] == pytest.approx(two_nodes.best.step_time_s)
+
+
+def test_without_the_timeline_the_best_plan_is_the_same_without_engine_segments(two_nodes: PlanSearchResult) -> None:
+    """``timeline=False`` (``rlperf plan`` without ``--report``) skips the best plan's second
+    simulation, which only adds the engine timeline: the same plan and figures."""
+    bare = search(small_scenario(2), SearchOptions(top_k=2), local_mapper(1), timeline=False)
+    assert bare.best.plan == two_nodes.best.plan and bare.best.sim is not None and two_nodes.best.sim is not None
+    assert bare.best.sim.to_dict() == two_nodes.best.sim.to_dict()
+    assert len(bare.best.sim.segments) < len(two_nodes.best.sim.segments)

@@ -120,9 +120,13 @@ class RolloutOptions(Spec):
     """How a rollout call is dispatched and when it stops."""
 
     dispatch: Dispatch = "round_robin"
-    """round_robin: group g (in order of first appearance) goes to replica g mod R (verl's agent
-    loop keeps a group on one server); least_loaded: a new group goes to the replica with the
-    fewest unfinished requests at its arrival (ties: lowest index)."""
+    """round_robin: group g (in order of first appearance) goes to replica g mod R, so a group
+    stays on one replica, as when a batch is split in contiguous chunks over the data-parallel
+    engine ranks (verl's SPMD rollout, groups repeated interleaved); least_loaded: a new group
+    goes to the replica with the fewest unfinished requests at its arrival (ties: lowest index).
+    Not modelled: verl's async agent loop (``AsyncLLMServerManager._choose_server``) spreads a
+    group's requests one by one over the servers by a request counter that is never decremented,
+    i.e. round-robin over requests, not groups."""
     token_budget_per_request: int | None = Field(default=None, gt=0)
     """Partial rollout (Kimi k1.5): a request generates at most this many new tokens in this
     call and is returned unfinished if its response is longer."""

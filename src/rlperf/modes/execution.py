@@ -198,8 +198,7 @@ class Mode:
                                       np.full(int(keep.sum()), k * budget, np.int64),
                                       fresh.group_ids[keep] + k * offset))
         calls.reverse()  # the simulator admits carried requests first, the oldest first
-        return RolloutBatch(*(np.concatenate([getattr(c, f) for c in calls])
-                              for f in ("prompt_tokens", "target_tokens", "generated_tokens", "group_ids")))
+        return RolloutBatch.concat(calls)
 
     def expected_staleness(self, fresh: RolloutBatch, shared_engine: bool) -> int:
         """The largest policy lag the simulator is expected to give a trained response of

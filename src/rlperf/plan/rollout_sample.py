@@ -29,7 +29,7 @@ uses this; the simulator runs every replica.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -86,8 +86,7 @@ class ReplicaSample:
         by_rank = np.argsort(rank, kind="stable")  # requests grouped by rank, in index order
         starts = np.searchsorted(rank[by_rank], np.arange(n_groups + 1))
         idx = np.concatenate([by_rank[starts[g]:starts[g + 1]] for g in order])
-        sub = RolloutBatch(batch.prompt_tokens[idx], batch.target_tokens[idx], batch.generated_tokens[idx],
-                           rank[idx])
+        sub = replace(batch.take(idx), group_ids=rank[idx])
         weight = np.array([weight_of[int(r)] for r in replica[idx].tolist()])
         return cls(sub, idx, tuple(chosen), R, weight)
 

@@ -7,6 +7,7 @@ costs and check scheduling invariants exactly.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -33,6 +34,17 @@ class RolloutBatch:
     @property
     def num_requests(self) -> int:
         return len(self.prompt_tokens)
+
+    def take(self, index: np.ndarray | slice) -> RolloutBatch:
+        """The requests ``index`` selects (a mask, indices or a slice), every array alike."""
+        return RolloutBatch(self.prompt_tokens[index], self.target_tokens[index], self.generated_tokens[index],
+                            self.group_ids[index])
+
+    @staticmethod
+    def concat(batches: Sequence[RolloutBatch]) -> RolloutBatch:
+        """The requests of ``batches``, in order (group ids as they are)."""
+        return RolloutBatch(*(np.concatenate([getattr(b, f) for b in batches])
+                              for f in ("prompt_tokens", "target_tokens", "generated_tokens", "group_ids")))
 
 
 @dataclass(frozen=True)

@@ -63,12 +63,7 @@ class RolloutState:
         offset = int(fresh.group_ids.max(initial=-1)) + 1
         if self.held is not None:  # held responses follow their groups' new ids
             self.held = replace(self.held, group_ids=self.held.group_ids + offset)
-        batch = RolloutBatch(
-            np.concatenate([c.prompt_tokens, fresh.prompt_tokens]),
-            np.concatenate([c.target_tokens, fresh.target_tokens]),
-            np.concatenate([c.generated_tokens, fresh.generated_tokens]),
-            np.concatenate([c.group_ids + offset, fresh.group_ids]),
-        )
+        batch = RolloutBatch.concat([replace(c, group_ids=c.group_ids + offset), fresh])
         # A carried request that never started (queued behind the engine's batch) holds no
         # weights yet: it starts with the newest ones, like a fresh request.
         carried = np.where(c.generated_tokens > 0, self.carry_version, self.version_synced)
@@ -79,10 +74,10 @@ class RolloutState:
         """After a call: keep the unfinished requests for the next call; returns what training
         receives (``whole_groups``: only groups with every response finished, see the module)."""
         finished: np.ndarray = out.generated_tokens >= batch.target_tokens
+        ran = replace(batch, generated_tokens=out.generated_tokens)  # the batch after the call
         if carry_over:
             keep = ~finished
-            self.carry = RolloutBatch(batch.prompt_tokens[keep], batch.target_tokens[keep], out.generated_tokens[keep],
-                                      batch.group_ids[keep])
+            self.carry = ran.take(keep)
             self.carry_version = versions[keep]
         else:
             assert finished.all(), "rollout without a budget must finish every request"
@@ -104,13 +99,10 @@ class RolloutState:
             where = np.searchsorted(ids, h.group_ids[go])
             parts.append(Delivered((h.prompt_tokens + h.target_tokens)[go], h.target_tokens[go], done_s[where], hv[go]))
             stay = ~go
-            h = RolloutBatch(h.prompt_tokens[stay], h.target_tokens[stay], h.generated_tokens[stay], h.group_ids[stay])
+            h = h.take(stay)
             hv = hv[stay]
-        new = RolloutBatch(batch.prompt_tokens[wait], batch.target_tokens[wait], out.generated_tokens[wait],
-                           batch.group_ids[wait])
-        self.held = new if h is None else RolloutBatch(*(np.concatenate([getattr(h, f), getattr(new, f)])
-                                                         for f in ("prompt_tokens", "target_tokens",
-                                                                   "generated_tokens", "group_ids")))
+        new = ran.take(wait)
+        self.held = new if h is None else RolloutBatch.concat([h, new])
         self.held_version = np.concatenate([hv, versions[wait]])
         # A held response waits for requests of its group still in flight (in the carry).
         assert self.carry is not None and np.isin(self.held.group_ids, self.carry.group_ids).all()

@@ -263,8 +263,7 @@ class Simulator:
             state = self.iters[it]
             fresh = self._fresh_batch(it, rnd, greedy if phase != "main" else False)
             if phase == "main":  # nothing new: the batch's requests were admitted by the ahead call
-                fresh = RolloutBatch(*(a[:0] for a in (fresh.prompt_tokens, fresh.target_tokens,
-                                                       fresh.generated_tokens, fresh.group_ids)))
+                fresh = fresh.take(slice(0, 0))
             carry_over = self.mode.carries_unfinished and not greedy
             batch, versions = engine.admit(fresh, carry_over)
             stop = self._stop_after(it, phase) if carry_over else None

@@ -209,6 +209,21 @@ def _enqueue(replicas: list[Replica], ids: np.ndarray, slots: np.ndarray) -> lis
     return [replicas[u] for u in used[np.argsort(first)].tolist()]
 
 
+def _submit(ids: list[int], choose: Callable[[int], Replica], arrived: list[int], went_to: list[int],
+            touched: list[Replica]) -> list[Replica]:
+    """Queue requests ``ids``, in order, on the replicas ``choose`` gives, noting each one's
+    replica in ``arrived`` / ``went_to``; return ``touched`` and the replicas newly used, in
+    order of first use."""
+    seen = {r.index: r for r in touched}
+    for i in ids:
+        r = choose(i)
+        r.waiting.append(i)
+        arrived.append(i)
+        went_to.append(r.index)
+        seen.setdefault(r.index, r)
+    return list(seen.values())
+
+
 def _drive(
     replicas: list[Replica],
     book: Book,
@@ -289,25 +304,10 @@ def _drive(
                 went_to.extend(slots[ids].tolist())
                 ptr = end
             else:
-                by_index: dict[int, Replica] = {}
-                while ptr < end:
-                    i = order[ptr]
-                    r = choose(i)
-                    r.waiting.append(i)
-                    arrived.append(i)
-                    went_to.append(r.index)
-                    by_index[r.index] = r
-                    ptr += 1
-                touched = list(by_index.values())
+                touched = _submit(order[ptr:end], choose, arrived, went_to, [])
+                ptr = end
             if gate is not None:  # groups the gate submits now, after the ones queued at the start
-                by_index = {r.index: r for r in touched}
-                for i in gate.pop_at(t_arr):
-                    r = choose(i)
-                    r.waiting.append(i)
-                    arrived.append(i)
-                    went_to.append(r.index)
-                    by_index[r.index] = r
-                touched = list(by_index.values())
+                touched = _submit(gate.pop_at(t_arr), choose, arrived, went_to, touched)
             for r in touched:
                 if r.plan is None:
                     r.t = max(r.t, t_arr)

@@ -31,7 +31,7 @@ from rlperf.specs.parallel import EngineLayout, check_engine_layout
 from rlperf.stages.rollout_engine import Book, Replica, ReplicaStats
 from rlperf.stages.rollout_groups import GroupGate
 from rlperf.stages.rollout_requests import RolloutOptions, RolloutRequests
-from rlperf.stages.rollout_runout import run_out, run_out_until
+from rlperf.stages.rollout_runout import compiled, run_out, run_out_until
 from rlperf.stages.rollout_result import (
     RolloutResult,
     TimelineSegment,
@@ -258,6 +258,7 @@ def _drive(
     went_to: list[int] = []
     if gate is not None:
         book.done_log = []
+    run_to_idle = (not opts.event_by_event and not debug and t_stop == math.inf and want is None and compiled())
 
     def replan(r: Replica) -> None:
         r.events()
@@ -308,6 +309,13 @@ def _drive(
                 ptr = end
             if gate is not None:  # groups the gate submits now, after the ones queued at the start
                 touched = _submit(gate.pop_at(t_arr), choose, arrived, went_to, touched)
+            elif ptr == n and run_to_idle and all(r.plan is None for r in touched):
+                # The last requests have arrived on idle replicas: the compiled run-out applies
+                # their events too (the same as replanning them here, then running out).
+                for r in touched:
+                    r.t = max(r.t, t_arr)
+                run_out(replicas, debug, frozenset(r.index for r in touched))
+                break
             for r in touched:
                 if r.plan is None:
                     r.t = max(r.t, t_arr)

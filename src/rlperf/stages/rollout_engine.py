@@ -40,6 +40,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
 
 from rlperf.stages.rollout_result import SegmentLog
 from rlperf.stages.rollout_step import Coef, Count, Run, StepModel
@@ -100,6 +101,22 @@ class RunLog:
     runs: list[tuple[int, int, int, int, int, float, float]] = field(default_factory=list)
     finished: list[int] = field(default_factory=list)  # requests, in the order they finished
     ends: list[int] = field(default_factory=list)  # len(finished) after each run
+
+
+@dataclass(frozen=True)
+class RunArrays:
+    """Planned runs as arrays (one entry per run, sorted by replica, each replica's in run
+    order): :class:`RunLog`'s fields, and the run's replica (its position in the list of
+    replicas being timed)."""
+
+    replica: np.ndarray
+    num_decode: np.ndarray
+    context: np.ndarray  # total context at the run's first step
+    num_steps: np.ndarray
+    chunk: np.ndarray  # wave tokens prefilled over the run
+    num_wave: np.ndarray
+    wave_s_per_token: np.ndarray
+    wave_flops_per_token: np.ndarray
 
 
 class Replica:

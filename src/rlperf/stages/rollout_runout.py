@@ -30,10 +30,14 @@ from collections import deque
 from dataclasses import dataclass
 from itertools import chain
 from operator import itemgetter
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rlperf.stages.rollout_engine import DECODING, DONE, Replica, RunLog, run_totals
+from rlperf.stages.rollout_engine import DECODING, DONE, Replica, RunArrays, RunLog, run_totals
+
+if TYPE_CHECKING:
+    from rlperf.stages.rollout_kernel import Planned
 
 
 @dataclass(frozen=True)
@@ -49,12 +53,30 @@ class Drained:
     run_of: np.ndarray  # for each of them, its run (index into the arrays above)
 
 
-def run_out(replicas: list[Replica], debug: bool = False) -> None:
+def compiled() -> bool:
+    """True when :func:`run_out` plans with the compiled loop (numba installed and
+    :data:`COMPILED` on)."""
+    if not COMPILED:
+        return False
+    from rlperf.stages import rollout_kernel
+
+    return rollout_kernel.available()
+
+
+def run_out(replicas: list[Replica], debug: bool = False, fresh: frozenset[int] = frozenset()) -> None:
     """Run every replica with a planned run until idle (``debug``: check the invariants at
-    every event)."""
-    active = [r for r in replicas if r.plan is not None]
+    every event). The replicas whose index is in ``fresh`` (only with :func:`compiled`) have
+    requests just queued and no plan yet: they apply their events first, as
+    :meth:`Replica.events` would."""
+    active = [r for r in replicas if r.plan is not None or r.index in fresh]
     if not active:
         return
+    if not debug and compiled():
+        from rlperf.stages.rollout_kernel import plan_to_idle
+
+        time_planned(active, plan_to_idle(active, fresh))
+        return
+    assert not fresh
     for r in active:
         r.log = RunLog()
     todo, may_drain, drained = active, True, []
@@ -68,6 +90,10 @@ def run_out(replicas: list[Replica], debug: bool = False) -> None:
     for r in active:
         r.log = None
 
+
+# Plan the run-out with the compiled loop (rlperf.stages.rollout_kernel) where numba is
+# installed; False: the Python loop and drain below (the reference the tests compare against).
+COMPILED = True
 
 # Runs planned per replica between two looks at the clock in :func:`run_out_until`: the runs
 # planned past the stop are planned again, so a batch bounds the waste; each batch costs a
@@ -264,8 +290,6 @@ def time_runs(replicas: list[Replica], drained: list[Drained]) -> None:
     have added up, run after run, and each finished request its time."""
     logs = [r.log for r in replicas if r.log is not None]
     assert len(logs) == len(replicas)
-    step = replicas[0].step
-    assert all(r.step is step for r in replicas)
     at = {r.index: k for k, r in enumerate(replicas)}
 
     # Logged runs first, then drained ones (which prefill nothing: zero wave tokens, and the
@@ -289,10 +313,41 @@ def time_runs(replicas: list[Replica], drained: list[Drained]) -> None:
     wave_s, wave_flops = joined(cols[5], zero, np.float64), joined(cols[6], zero, np.float64)
     rep = np.concatenate((logged, d_rep))
     by = np.argsort(rep, kind="stable")
-    b, ctx, n, chunk, n_wave, wave_s, wave_flops, rep = (
-        x[by] for x in (b, ctx, n, chunk, n_wave, wave_s, wave_flops, rep))
+    end_s = _time(replicas, RunArrays(*(x[by] for x in (rep, b, ctx, n, chunk, n_wave, wave_s, wave_flops))))
+    finish_s = replicas[0].book.finish_s
+    bounds = np.searchsorted(rep[by], np.arange(len(replicas) + 1)).tolist()
+    finished = list(chain.from_iterable(log.finished for log in logs))
+    finished_run = [lo + np.repeat(np.arange(len(log.ends)), np.diff(log.ends, prepend=0)) for log, lo in zip(logs, bounds)]
+    for i, v in zip(finished, end_s[np.concatenate(finished_run)].tolist() if finished else []):
+        finish_s[i] = v
+    # A drained run's place after the sort: where its index among all runs went.
+    place = np.empty(len(by), np.int64)
+    place[by] = np.arange(len(by))
+    offset = len(logged)
+    for d in drained:
+        for i, v in zip(d.requests.tolist(), end_s[place[offset + d.run_of]].tolist()):
+            finish_s[i] = v
+        offset += len(d.num_steps)
 
-    plan = step.runs(b, ctx, chunk / n, wave_s, n_wave)
+
+def time_planned(replicas: list[Replica], planned: Planned) -> None:
+    """:func:`time_runs` for the runs :func:`rlperf.stages.rollout_kernel.plan_to_idle` planned
+    (already in replica order)."""
+    end_s = _time(replicas, planned.runs)
+    finish_s = replicas[0].book.finish_s
+    for i, v in zip(planned.finished.tolist(), end_s[planned.finished_run].tolist()):
+        finish_s[i] = v
+
+
+def _time(replicas: list[Replica], runs: RunArrays) -> np.ndarray:
+    """Time ``runs`` (sorted by replica, each replica's in run order; the replicas all share
+    one step model), give each replica the figures :meth:`Replica.commit` would have added up
+    run after run, and return each run's end time."""
+    step = replicas[0].step
+    assert all(r.step is step for r in replicas)
+    rep, b, ctx, n, chunk, n_wave, wave_flops = (
+        runs.replica, runs.num_decode, runs.context, runs.num_steps, runs.chunk, runs.num_wave, runs.wave_flops_per_token)
+    plan = step.runs(b, ctx, chunk / n, runs.wave_s_per_token, n_wave)
     dt = plan.time_s(n)
     flops, num_bytes = run_totals(step, b, ctx, n, chunk, b + -(-chunk // n), b + n_wave, wave_flops)
     roofline = dt - n * plan.fixed
@@ -315,26 +370,12 @@ def time_runs(replicas: list[Replica], drained: list[Drained]) -> None:
     totals = {k: running([getattr(st, k) for st in sts], np.asarray(v))[rows, counts].tolist()
               for k, v in (("flops", flops), ("bytes_per_gpu", num_bytes), ("roofline_s", roofline), ("busy_s", dt))}
     clock = running([r.t for r in replicas], dt)
-    end_s = clock[row, col]
+    end_s: np.ndarray = clock[row, col]
     start_list, end_list, ends_at = clock[row, col - 1].tolist(), end_s.tolist(), clock[rows, counts].tolist()
-    finished: list[int] = []
-    finished_run: list[np.ndarray] = []  # index among all runs of the run each request finished after
-    for k, (r, log, lo, hi) in enumerate(zip(replicas, logs, bounds[:-1].tolist(), bounds[1:].tolist())):
+    for k, (r, lo, hi) in enumerate(zip(replicas, bounds[:-1].tolist(), bounds[1:].tolist())):
         st = sts[k]
         st.flops, st.bytes_per_gpu = totals["flops"][k], totals["bytes_per_gpu"][k]
         st.roofline_s, st.busy_s = totals["roofline_s"][k], totals["busy_s"][k]
         st.segments.extend(start_list[lo:hi], end_list[lo:hi], occupied[lo:hi], prefill[lo:hi])
         r.t = st.last_end_s = ends_at[k]
-        finished.extend(log.finished)
-        finished_run.append(lo + np.repeat(np.arange(len(log.ends)), np.diff(log.ends, prepend=0)))
-    finish_s = replicas[0].book.finish_s if replicas else []
-    for i, v in zip(finished, end_s[np.concatenate(finished_run)].tolist() if finished else []):
-        finish_s[i] = v
-    # A drained run's place after the sort: where its index among all runs went.
-    place = np.empty(len(by), np.int64)
-    place[by] = np.arange(len(by))
-    offset = len(logged)
-    for d in drained:
-        for i, v in zip(d.requests.tolist(), end_s[place[offset + d.run_of]].tolist()):
-            finish_s[i] = v
-        offset += len(d.num_steps)
+    return end_s

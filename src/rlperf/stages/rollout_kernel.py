@@ -1,0 +1,393 @@
+"""The run-out's event loop compiled: every replica planned to idle on integer arrays.
+
+:meth:`rlperf.stages.rollout_engine.Replica.plan_out` plans a replica's remaining runs on
+integers, event by event (completions, the wave joining, preemptions, FCFS admission), at
+about 5 µs of Python per event. :func:`plan_to_idle` is that loop, the same statements in the
+same order, on int64 arrays in one function that numba compiles to machine code (cached on
+disk after the first run): the book's columns, each replica's waiting queue (a ring buffer),
+its decoding heap ``(finish step, join order, request)`` (a binary heap: its keys are
+distinct, so it pops in the same order as :mod:`heapq`), its stack of joined requests and its
+groups' resident counts. Nothing about a run's time is decided here: the runs are logged as
+:class:`RunLog` entries are (decoding sequences, their context at the first step, steps, wave
+tokens, wave size, the wave's prefill time and FLOPs per token, the latter two with the float
+operations of :meth:`rlperf.stages.rollout_step.StepModel.prefill_s_per_token` /
+``prefill_flops`` in the same order) and :func:`rlperf.stages.rollout_runout.time_runs` times
+them, so the result is the same to the last bit (tests/test_rollout_kernel.py compares every
+field).
+
+Without numba (it is a pinned dependency, but the core must import without compiled extras)
+:func:`available` is False and the run-out keeps the Python loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar, cast
+
+import numpy as np
+
+from rlperf.stages.rollout_engine import DECODING, DONE, PREFILL, WAITING, Book, Replica, RunArrays
+
+if TYPE_CHECKING:
+    from rlperf.stages.rollout_step import StepModel
+
+try:
+    import numba
+except ImportError:  # pragma: no cover - numba is a dependency; without it the run-out keeps Python
+    numba = None  # type: ignore[assignment]
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def _jit(f: F) -> F:
+    """Compiled on first call (numba caches the machine code next to this file)."""
+    if numba is None:  # pragma: no cover
+        return f
+    return cast(F, numba.njit(cache=True, nogil=True, error_model="numpy")(f))
+
+
+def available() -> bool:
+    """True when the compiled loop can be used (numba imports)."""
+    return numba is not None
+
+
+@dataclass(frozen=True)
+class Planned:
+    """Runs planned to idle, every replica's in run order, and the requests that finished:
+    ``finished[k]`` ended with run ``finished_run[k]``."""
+
+    runs: RunArrays
+    finished: np.ndarray
+    finished_run: np.ndarray
+
+
+def plan_to_idle(replicas: list[Replica], fresh: frozenset[int] = frozenset()) -> Planned:
+    """Plan every replica (all of one call, every request arrived, no stop) until idle, as
+    :meth:`Replica.plan_out` would without draining; update the book and the replicas' step
+    counts and counters (times are left to :func:`time_runs`). The replicas whose index is in
+    ``fresh`` first apply the events of their current step (:meth:`Replica.events`: requests
+    were just queued on them)."""
+    bk: Book = replicas[0].book
+    step: StepModel = replicas[0].step
+    n_req = len(bk.prompt)
+    cols = np.array([bk.prompt, bk.response, bk.target, bk.generated, bk.status, bk.join_step, bk.private_kv,
+                     bk.order], np.int64).reshape(8, n_req)
+    _, group = np.unique(np.asarray(bk.group, np.int64), return_inverse=True)
+    group = np.ascontiguousarray(group.reshape(-1), np.int64)
+    state = np.array([[r.S, r.b, r.ctx_fixed, r.kv_fixed, r.wave_left, int(r.blocked), r.next_order, r.cap,
+                       r.max_seqs, r.budget, int(r.sharing), int(r.index in fresh)] for r in replicas],
+                     np.int64).reshape(len(replicas), 12)
+    wave_f = np.array([[r.wave_s_per_token, r.wave_flops_per_token] for r in replicas], np.float64).reshape(-1, 2)
+
+    def flat(parts: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        sizes = np.array([len(p) for p in parts], np.int64)
+        values = np.fromiter((x for p in parts for x in p), np.int64, int(sizes.sum()))
+        return values, np.concatenate(([0], np.cumsum(sizes)))
+
+    waiting, waiting_at = flat([list(r.waiting) for r in replicas])
+    wave, wave_at = flat([r.wave for r in replicas])
+    stack, stack_at = flat([r.stack for r in replicas])
+    heap, heap_at = flat([[x for e in r.heap for x in e] for r in replicas])
+    gmap = dict(zip(bk.group, group.tolist())) if any(r.group_resident for r in replicas) else {}
+    res, res_at = flat([[x for g, c in r.group_resident.items() for x in (gmap[g], c)] for r in replicas])
+    consts = np.array([step.prefill_linear_flops_per_token, step.lm_head_flops, step.attention_flops_per_pair,
+                       step.matmul_flops_per_s, step.attention_flops_per_s], np.float64)
+    ints, floats, fin, fin_run, counters = _plan_to_idle(
+        cols, group, state, wave_f, waiting, waiting_at, wave, wave_at, stack, stack_at, heap, heap_at, res, res_at,
+        consts, int(group.max(initial=0)) + 1)
+    bk.generated = cols[3].tolist()
+    bk.status = cols[4].tolist()
+    bk.join_step = cols[5].tolist()
+    bk.private_kv = cols[6].tolist()
+    bk.order = cols[7].tolist()
+    bk.num_finished += int(np.sum(cols[3][fin] == cols[1][fin]))
+    for k, r in enumerate(replicas):
+        r.book = bk
+        S, decoded, prefilled, steps, preempted = counters[k].tolist()
+        r.S, r.b, r.ctx_fixed, r.kv_fixed, r.wave_left = S, 0, 0, 0, 0
+        r.blocked, r.next_order = False, int(state[k, 6])
+        r.waiting.clear()
+        r.heap.clear()
+        r.stack.clear()
+        r.wave = []
+        r.group_resident.clear()
+        r.plan = None
+        st = r.stats
+        st.decode_tokens += decoded
+        st.prefill_tokens += prefilled
+        st.num_steps += steps
+        st.preemptions += preempted
+    runs = RunArrays(ints[:, 0], ints[:, 1], ints[:, 2], ints[:, 3], ints[:, 4], ints[:, 5], floats[:, 0], floats[:, 1])
+    return Planned(runs, fin, fin_run)
+
+
+@_jit
+def _grow(a: np.ndarray) -> np.ndarray:
+    out = np.empty(2 * a.shape[0], a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+@_jit
+def _grow2(a: np.ndarray) -> np.ndarray:
+    out = np.empty((2 * a.shape[0], a.shape[1]), a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+@_jit
+def _plan_to_idle(
+    cols: np.ndarray, group: np.ndarray, state: np.ndarray, wave_f: np.ndarray, waiting0: np.ndarray,
+    waiting_at: np.ndarray, wave0: np.ndarray, wave_at: np.ndarray, stack0: np.ndarray, stack_at: np.ndarray,
+    heap0: np.ndarray, heap_at: np.ndarray, res0: np.ndarray, res_at: np.ndarray, consts: np.ndarray, n_groups: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The loop of :meth:`Replica.plan_out` (``may_drain`` False, no stop) for every replica,
+    one after another, with :meth:`Replica.events`, ``_join_wave``, ``_leave``, ``_finish``,
+    ``_preempt``, ``_release_group``, ``_admit`` and ``_plan_steps`` written inline on arrays.
+    Compiled by numba; plain Python (slow) without it."""
+    prompt, target, generated, status, join_step, private_kv, order_of = (
+        cols[0], cols[2], cols[3], cols[4], cols[5], cols[6], cols[7])
+    lin_per_token, lm_head, attn_per_pair, matmul_rate, attn_rate = consts[0], consts[1], consts[2], consts[3], consts[4]
+    n_req = prompt.shape[0]
+    n_rep = state.shape[0]
+    ring = np.empty(n_req + 1, np.int64)  # the waiting queue, a ring buffer (a request is queued once at most)
+    wave = np.empty(n_req + 1, np.int64)
+    stack = np.empty(max(16, n_req), np.int64)
+    hs = np.empty(max(16, n_req), np.int64)  # heap keys: finish step, join order; and the request
+    ho = np.empty(max(16, n_req), np.int64)
+    hr = np.empty(max(16, n_req), np.int64)
+    resident = np.zeros(n_groups, np.int64)
+    ints = np.empty((1024, 6), np.int64)
+    floats = np.empty((1024, 2), np.float64)
+    fin = np.empty(n_req, np.int64)
+    fin_run = np.empty(n_req, np.int64)
+    counters = np.zeros((n_rep, 5), np.int64)
+    n_runs = 0
+    n_fin = 0
+    for k in range(n_rep):
+        S, b, ctx_fixed, kv_fixed, wave_left = state[k, 0], state[k, 1], state[k, 2], state[k, 3], state[k, 4]
+        blocked, next_order, cap, max_seqs, budget = state[k, 5] != 0, state[k, 6], state[k, 7], state[k, 8], state[k, 9]
+        sharing = state[k, 10] != 0
+        wave_s, wave_flops = wave_f[k, 0], wave_f[k, 1]
+        size_ring = n_req + 1
+        head = 0
+        tail = 0
+        for x in range(waiting_at[k], waiting_at[k + 1]):
+            ring[tail] = waiting0[x]
+            tail += 1
+        n_wait = tail
+        n_wave = 0
+        for x in range(wave_at[k], wave_at[k + 1]):
+            wave[n_wave] = wave0[x]
+            n_wave += 1
+        n_stack = 0
+        for x in range(stack_at[k], stack_at[k + 1]):
+            if n_stack == stack.shape[0]:
+                stack = _grow(stack)
+            stack[n_stack] = stack0[x]
+            n_stack += 1
+        # The heap arrives as Python's heapq list: already a valid binary heap in this layout.
+        n_heap = 0
+        for x in range(heap_at[k], heap_at[k + 1], 3):
+            if n_heap == hs.shape[0]:
+                hs, ho, hr = _grow(hs), _grow(ho), _grow(hr)
+            hs[n_heap], ho[n_heap], hr[n_heap] = heap0[x], heap0[x + 1], heap0[x + 2]
+            n_heap += 1
+        for x in range(res_at[k], res_at[k + 1], 2):
+            resident[res0[x]] = res0[x + 1]
+        decoded = 0
+        prefilled = 0
+        steps = 0
+        preempted = 0
+        planning = state[k, 11] == 0  # 1: apply the events at the current step first
+        while True:
+            if planning:
+                # ---- _plan_steps
+                if not (b > 0 or n_wave > 0):
+                    break
+                n = 1 << 62
+                if b > 0:
+                    while status[hr[0]] != DECODING or order_of[hr[0]] != ho[0]:
+                        n_heap = _heap_pop(hs, ho, hr, n_heap)
+                    n = min(hs[0] - S, (cap - (kv_fixed + b * S)) // b)
+                chunk = 0
+                if n_wave > 0:
+                    per_step = budget - b
+                    n = min(n, -(-wave_left // per_step))
+                    chunk = min(wave_left, n * per_step)
+                # ---- log the run
+                if n_runs == ints.shape[0]:
+                    ints, floats = _grow2(ints), _grow2(floats)
+                ints[n_runs, 0] = k
+                ints[n_runs, 1] = b
+                ints[n_runs, 2] = ctx_fixed + b * S
+                ints[n_runs, 3] = n
+                ints[n_runs, 4] = chunk
+                ints[n_runs, 5] = n_wave
+                floats[n_runs, 0] = wave_s
+                floats[n_runs, 1] = wave_flops
+                # ---- _advance
+                wave_left -= chunk
+                prefilled += chunk
+                decoded += b * n
+                steps += n
+                S += n
+            # ---- events: the wave joins
+            if n_wave > 0 and wave_left == 0:
+                ctx = 0
+                for w in range(n_wave):
+                    i = wave[w]
+                    gen = generated[i] + 1
+                    generated[i] = gen
+                    status[i] = DECODING
+                    join_step[i] = S
+                    order_of[i] = next_order
+                    ctx += prompt[i] + gen - S
+                    if n_heap == hs.shape[0]:
+                        hs, ho, hr = _grow(hs), _grow(ho), _grow(hr)
+                    n_heap = _heap_push(hs, ho, hr, n_heap, S + target[i] - gen, next_order, i)
+                    next_order += 1
+                    if n_stack == stack.shape[0]:
+                        stack = _grow(stack)
+                    stack[n_stack] = i
+                    n_stack += 1
+                decoded += n_wave
+                b += n_wave
+                ctx_fixed += ctx
+                kv_fixed -= n_wave * S
+                n_wave = 0
+            # ---- completions
+            while n_heap > 0 and hs[0] <= S:
+                o, i = ho[0], hr[0]
+                n_heap = _heap_pop(hs, ho, hr, n_heap)
+                if status[i] == DECODING and order_of[i] == o:
+                    d_ctx, d_kv = _leave(i, S, prompt, generated, join_step, private_kv, group, resident, sharing)
+                    b -= 1
+                    ctx_fixed -= d_ctx
+                    kv_fixed -= d_kv
+                    status[i] = DONE
+                    fin[n_fin] = i
+                    fin_run[n_fin] = n_runs
+                    n_fin += 1
+                    blocked = False
+            # ---- preemptions
+            while b > 0 and kv_fixed + b * (S + 1) > cap:
+                n_stack -= 1
+                i = stack[n_stack]
+                while status[i] != DECODING:
+                    n_stack -= 1
+                    i = stack[n_stack]
+                d_ctx, d_kv = _leave(i, S, prompt, generated, join_step, private_kv, group, resident, sharing)
+                b -= 1
+                ctx_fixed -= d_ctx
+                kv_fixed -= d_kv
+                status[i] = WAITING
+                head = (head - 1) % size_ring
+                ring[head] = i
+                n_wait += 1
+                blocked = True
+                preempted += 1
+            if not (b > 0 or n_wave > 0):
+                blocked = False
+            # ---- admission
+            if n_wave == 0 and not blocked and n_wait > 0 and b < max_seqs:
+                kv_free = cap - (kv_fixed + b * S) - b
+                free_slots = max_seqs - b
+                tokens = 0
+                kv_added = 0
+                pairs = 0.0
+                while n_wait > 0 and free_slots > 0:
+                    i = ring[head]
+                    p, gen, g = prompt[i], generated[i], group[i]
+                    shared = sharing and resident[g] > 0
+                    need = (0 if shared else p) + gen + 1
+                    if need > kv_free:
+                        break
+                    head = (head + 1) % size_ring
+                    n_wait -= 1
+                    kv_free -= need
+                    kv_added += need
+                    free_slots -= 1
+                    if sharing:
+                        resident[g] += 1
+                    private_kv[i] = gen + 1 + (0 if sharing else p)
+                    status[i] = PREFILL
+                    if shared:
+                        new, cached = gen, p
+                    else:
+                        new, cached = p + gen, 0
+                    if new == 0:
+                        new, cached = 1, p - 1
+                    tokens += new
+                    pairs += new * cached + 0.5 * new * (new + 1)
+                    wave[n_wave] = i
+                    n_wave += 1
+                kv_fixed += kv_added
+                if n_wave > 0:
+                    wave_left = tokens
+                    lin = tokens * lin_per_token + n_wave * lm_head
+                    attn = pairs * attn_per_pair
+                    wave_s = (lin / matmul_rate + attn / attn_rate) / tokens
+                    wave_flops = (lin + pairs * attn_per_pair) / tokens
+            if planning:
+                n_runs += 1
+            planning = True
+        state[k, 6] = next_order
+        counters[k, 0] = S
+        counters[k, 1] = decoded
+        counters[k, 2] = prefilled
+        counters[k, 3] = steps
+        counters[k, 4] = preempted
+    return ints[:n_runs], floats[:n_runs], fin[:n_fin], fin_run[:n_fin], counters
+
+
+@_jit
+def _leave(i: int, S: int, prompt: np.ndarray, generated: np.ndarray, join_step: np.ndarray, private_kv: np.ndarray,
+           group: np.ndarray, resident: np.ndarray, sharing: bool) -> tuple[int, int]:
+    """:meth:`Replica._leave` and ``_release_group`` of request ``i`` at step ``S``: fix its
+    count; return what the replica's ``ctx_fixed`` and ``kv_fixed`` lose."""
+    j = join_step[i]
+    generated[i] += S - j
+    kv = private_kv[i] - j
+    if sharing:
+        g = group[i]
+        resident[g] -= 1
+        if resident[g] == 0:  # the group's last member frees the shared prompt
+            kv += prompt[i]
+    return prompt[i] + generated[i] - (S - j) - j, kv
+
+
+@_jit
+def _heap_push(hs: np.ndarray, ho: np.ndarray, hr: np.ndarray, n: int, s: int, o: int, i: int) -> int:
+    """heapq.heappush of (s, o, i) onto the first ``n`` entries (keys (s, o) distinct)."""
+    pos = n
+    while pos > 0:
+        parent = (pos - 1) >> 1
+        if hs[parent] < s or (hs[parent] == s and ho[parent] < o):
+            break
+        hs[pos], ho[pos], hr[pos] = hs[parent], ho[parent], hr[parent]
+        pos = parent
+    hs[pos], ho[pos], hr[pos] = s, o, i
+    return n + 1
+
+
+@_jit
+def _heap_pop(hs: np.ndarray, ho: np.ndarray, hr: np.ndarray, n: int) -> int:
+    """heapq.heappop's removal of the smallest entry; returns the new size."""
+    n -= 1
+    s, o, i = hs[n], ho[n], hr[n]
+    pos = 0
+    while True:
+        child = 2 * pos + 1
+        if child >= n:
+            break
+        if child + 1 < n and (hs[child + 1] < hs[child] or (hs[child + 1] == hs[child] and ho[child + 1] < ho[child])):
+            child += 1
+        if hs[child] > s or (hs[child] == s and ho[child] > o):
+            break
+        hs[pos], ho[pos], hr[pos] = hs[child], ho[child], hr[child]
+        pos = child
+    if n > 0:
+        hs[pos], ho[pos], hr[pos] = s, o, i
+    return n

@@ -1,0 +1,81 @@
+"""The compiled run-out (rlperf.stages.rollout_kernel) equals the Python run-out and the
+event-by-event loop in every field, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rlperf.stages import rollout_runout as runout
+from rlperf.specs.parallel import EngineLayout
+from rlperf.stages.rollout import RolloutOptions, RolloutRequests, RolloutResult, simulate_rollout
+from tests.test_rollout_runout import H100, MOE, QWEN7, assert_same, groups_of, requests_of
+
+
+def python_run_out(*args: object) -> RolloutResult:
+    saved = runout.COMPILED
+    runout.COMPILED = False
+    try:
+        return simulate_rollout(*args)  # type: ignore[arg-type]
+    finally:
+        runout.COMPILED = saved
+
+
+def test_compiled_loop_is_used() -> None:
+    """numba is a pinned dependency: the run-out the planner uses is the compiled one (else the
+    comparisons below would compare the Python loop with itself)."""
+    assert runout.compiled()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    groups=groups_of(3000, 6, 40),
+    replicas=st.integers(1, 4),
+    tp_pp=st.sampled_from([(1, 1), (2, 2)]),
+    max_num_seqs=st.integers(1, 64),
+    budget=st.sampled_from([256, 2048]),
+    sharing=st.booleans(),
+    kv=st.sampled_from([6_000, 12_000, None]),
+    token_budget=st.sampled_from([None, 500]),
+    moe=st.booleans(),
+    staggered=st.booleans(),
+    dispatch=st.sampled_from(["round_robin", "least_loaded"]),
+)
+def test_compiled_equals_python_run_out(
+    groups: list[tuple[int, list[int]]], replicas: int, tp_pp: tuple[int, int], max_num_seqs: int,
+    budget: int, sharing: bool, kv: int | None, token_budget: int | None, moe: bool, staggered: bool,
+    dispatch: str,
+) -> None:
+    """Requests all at once (the run-out also applies the replicas' first events) or arriving
+    over time (the run-out starts from replicas mid-flight: waves prefilling, stale heap
+    entries, groups resident, preempted requests queued), small caches that preempt."""
+    req, cap = requests_of(groups, kv)
+    if staggered:
+        arrival = np.sort(np.random.default_rng(len(groups)).uniform(0, 5, req.num_requests))
+        req = RolloutRequests.build(req.prompt_tokens, req.response_tokens, req.group_id, arrival_s=arrival)
+    layout = EngineLayout(
+        tp=tp_pp[0], pp=tp_pp[1], replicas=replicas, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max(budget, max_num_seqs), prefix_sharing=sharing,
+    )
+    model = MOE if moe else QWEN7
+    opts = RolloutOptions(token_budget_per_request=token_budget, dispatch=dispatch)  # type: ignore[arg-type]
+    assert_same(simulate_rollout(model, H100, layout, req, opts, cap), python_run_out(model, H100, layout, req, opts, cap))
+
+
+@pytest.mark.parametrize("sharing", [True, False])
+def test_compiled_under_preemption_storms(sharing: bool) -> None:
+    """Hundreds of preemptions, waves joining while admission waits, a resumed request's
+    prompt and tokens prefilled again."""
+    rng = np.random.default_rng(1)
+    n = 600
+    group = np.repeat(np.arange(n // 6), 6)
+    prompt = rng.integers(50, 1500, n // 6)[group]
+    req = RolloutRequests.build(prompt, rng.integers(1, 3000, n), group)
+    layout = EngineLayout(replicas=3, max_num_seqs=64, max_num_batched_tokens=256, prefix_sharing=sharing)
+    cap = int(np.max(req.prompt_tokens + req.response_tokens)) + 6000
+    fast = simulate_rollout(QWEN7, H100, layout, req, RolloutOptions(), cap)
+    assert fast.num_preemptions > 500
+    assert_same(fast, python_run_out(QWEN7, H100, layout, req, RolloutOptions(), cap))
+    assert_same(fast, simulate_rollout(QWEN7, H100, layout, req, RolloutOptions(event_by_event=True), cap))

@@ -26,7 +26,6 @@ sequence of a micro-batch computes as many tokens as its longest: ``padded=True`
 from __future__ import annotations
 
 import hashlib
-import heapq
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -118,30 +117,17 @@ def balance_over_ranks(seq_tokens: np.ndarray, num_ranks: int) -> tuple[np.ndarr
 
     Longest first, each to the least-loaded rank with room; a rank's sequences come out longest
     first. Ranks left without a sequence (fewer sequences than ranks) get an empty array."""
-    return tuple(np.array(p, dtype=np.int64) for p in _balance(seq_tokens, num_ranks))
+    values, starts = _balance(seq_tokens, num_ranks)
+    return tuple(np.split(values, starts[1:-1]))
 
 
-def _balance(seq_tokens: np.ndarray, num_ranks: int) -> list[list[int]]:
-    """:func:`balance_over_ranks` on plain ints (the loop runs once per sequence)."""
+def _balance(seq_tokens: np.ndarray, num_ranks: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`balance_over_ranks` flat: (the lengths rank after rank, each rank's start)."""
+    from rlperf.stages import packing_kernel
+
     assert num_ranks >= 1
-    n = seq_tokens.size
-    cap = [n // num_ranks + (1 if r < n % num_ranks else 0) for r in range(num_ranks)]
-    # A rank's heap key is load x num_ranks + rank: one int orders as (load, rank) does (the
-    # least-loaded rank, ties to the lowest index) without a tuple per sequence. All loads start
-    # at 0, so the ranks in order are a heap.
-    heap = [r for r in range(num_ranks) if cap[r] > 0]
-    parts: list[list[int]] = [[] for _ in range(num_ranks)]
-    replace, pop = heapq.heapreplace, heapq.heappop
-    for length in np.sort(seq_tokens)[::-1].tolist():
-        key = heap[0]
-        r = key % num_ranks
-        part = parts[r]
-        part.append(length)
-        if len(part) < cap[r]:
-            replace(heap, key + length * num_ranks)
-        else:
-            pop(heap)
-    return parts
+    desc = np.ascontiguousarray(np.sort(np.asarray(seq_tokens, np.int64))[::-1])
+    return packing_kernel.balance(desc, num_ranks)
 
 
 def by_count(seq_tokens: np.ndarray, micro_batch_size: int) -> tuple[np.ndarray, ...]:
@@ -152,48 +138,15 @@ def by_count(seq_tokens: np.ndarray, micro_batch_size: int) -> tuple[np.ndarray,
 
 
 def by_token_budget(seq_tokens: np.ndarray, max_tokens: int) -> tuple[np.ndarray, ...]:
-    """First-fit-decreasing bins of at most ``max_tokens`` tokens; a longer sequence alone."""
-    bins = _first_fit_decreasing(np.sort(seq_tokens)[::-1].tolist(), max_tokens)
-    return tuple(np.array(b, dtype=np.int64) for b in bins)
+    """First-fit-decreasing bins of at most ``max_tokens`` tokens: longest first, each sequence
+    to the lowest-numbered bin with room for it, else to a new bin (a sequence longer than the
+    budget alone)."""
+    from rlperf.stages import packing_kernel
 
-
-def _first_fit_decreasing(lengths: list[int], max_tokens: int) -> list[list[int]]:
-    """First fit of ``lengths`` (non-increasing) into bins of ``max_tokens``: each sequence goes
-    to the lowest-numbered bin with room for it, else to a new bin (with no room left if it is
-    longer than the budget).
-
-    A linear scan of the bins per sequence costs O(n x bins). Two heaps find the same bin in
-    O(log bins): ``fits`` holds the bins that may have room for the current sequence, by number
-    (checked lazily at its top), ``short`` the bins found too full, by room (max first). As
-    sequences only get shorter, a bin moves back from ``short`` to ``fits`` once its room
-    reaches the current length, so every bin with room for it is in ``fits``; its top after
-    the lazy check is the first fit."""
     assert max_tokens >= 1
-    bins: list[list[int]] = []
-    room: list[int] = []
-    fits: list[int] = []
-    # ``short`` keys are -room x m + bin (m above any bin number): one int orders as the pair
-    # (-room, bin) does, without a tuple per move.
-    short: list[int] = []
-    m = len(lengths) + 1
-    push, pop = heapq.heappush, heapq.heappop
-    for t in lengths:
-        while short and -(short[0] // m) >= t:
-            push(fits, pop(short) % m)
-        while fits:
-            i = fits[0]
-            left = room[i]
-            if left >= t:
-                bins[i].append(t)
-                room[i] = left - t
-                break
-            pop(fits)
-            push(short, -left * m + i)
-        else:
-            push(fits, len(bins))
-            bins.append([t])
-            room.append(max_tokens - t if max_tokens > t else 0)
-    return bins
+    desc = np.ascontiguousarray(np.sort(np.asarray(seq_tokens, np.int64))[::-1])
+    out, sizes, _ = packing_kernel.first_fit(desc, np.array([0, desc.size], np.int64), max_tokens)
+    return tuple(np.split(out, np.cumsum(sizes)[:-1]))
 
 
 # Packing depends only on the lengths, the dp degree and the cut (a token budget per micro-batch
@@ -206,7 +159,7 @@ def _first_fit_decreasing(lengths: list[int], max_tokens: int) -> list[list[int]
 _Cut = tuple[str, int]  # ("tokens", budget x cp) or ("sequences", micro_batch_size)
 _PACKED: OrderedDict[tuple[bytes, int, int, _Cut], MicroBatches] = OrderedDict()
 _PACKED_MAX = 512
-_BALANCED: OrderedDict[tuple[bytes, int, int], list[list[int]]] = OrderedDict()
+_BALANCED: OrderedDict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
 _BALANCED_MAX = 256
 
 
@@ -229,7 +182,7 @@ def microbatches_for(seq_tokens: np.ndarray, layout: TrainLayout) -> MicroBatche
     return mbs
 
 
-def _balanced(arr: np.ndarray, digest: bytes, dp: int) -> list[list[int]]:
+def _balanced(arr: np.ndarray, digest: bytes, dp: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_balance` of ``arr`` (whose digest is ``digest``) over ``dp`` ranks, memoized (the
     caller only reads it)."""
     key = (digest, arr.size, dp)
@@ -238,6 +191,8 @@ def _balanced(arr: np.ndarray, digest: bytes, dp: int) -> list[list[int]]:
         _BALANCED.move_to_end(key)
         return hit
     parts = _BALANCED[key] = _balance(arr, dp)
+    for a in parts:
+        a.flags.writeable = False
     if len(_BALANCED) > _BALANCED_MAX:
         _BALANCED.popitem(last=False)
     return parts
@@ -253,12 +208,26 @@ def _pack(seq_tokens: np.ndarray, layout: TrainLayout) -> MicroBatches:
     return _cut(_balance(seq_tokens, layout.dp), _cut_of(layout))
 
 
-def _cut(parts: list[list[int]], cut: _Cut) -> MicroBatches:
+def _cut(parts: tuple[np.ndarray, np.ndarray], cut: _Cut) -> MicroBatches:
+    """The balanced ``parts`` (lengths rank after rank, each rank's start) cut into
+    micro-batches."""
+    from rlperf.stages import packing_kernel
+
+    values, starts = parts
+    num_ranks = starts.size - 1
     kind, size = cut
-    if kind == "sequences":
-        return MicroBatches.of([[p[i : i + size] for i in range(0, len(p), size)] for p in parts])
+    if kind == "sequences":  # consecutive chunks of ``size`` per rank, the last one shorter
+        count = np.diff(starts)
+        full, rest = count // size, count % size
+        per_rank = full + (rest > 0)
+        rank_of = np.repeat(np.arange(num_ranks, dtype=np.int64), per_rank)
+        sizes = np.full(rank_of.size, size, np.int64)
+        last = np.cumsum(per_rank)[rest > 0] - 1
+        sizes[last] = rest[rest > 0]
+        return MicroBatches(values.copy(), sizes, rank_of, num_ranks)
     # A rank's part is already longest first, the order first-fit-decreasing takes it in.
-    return MicroBatches.of([_first_fit_decreasing(p, size) for p in parts])
+    out, sizes, rank_of = packing_kernel.first_fit(values, starts, size)
+    return MicroBatches(out, sizes, rank_of, num_ranks)
 
 
 def split_minibatches(seq_tokens: np.ndarray, num_minibatches: int) -> tuple[np.ndarray, ...]:

@@ -21,35 +21,20 @@ Without numba (it is a pinned dependency, but the core must import without compi
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rlperf.stages.jit import COMPILED, jit
 from rlperf.stages.rollout_engine import DECODING, DONE, PREFILL, WAITING, Book, Replica, RunArrays
 
 if TYPE_CHECKING:
     from rlperf.stages.rollout_step import StepModel
 
-try:
-    import numba
-except ImportError:  # pragma: no cover - numba is a dependency; without it the run-out keeps Python
-    numba = None  # type: ignore[assignment]
-
-F = TypeVar("F", bound=Callable[..., object])
-
-
-def _jit(f: F) -> F:
-    """Compiled on first call (numba caches the machine code next to this file)."""
-    if numba is None:  # pragma: no cover
-        return f
-    return cast(F, numba.njit(cache=True, nogil=True, error_model="numpy")(f))
-
-
 def available() -> bool:
     """True when the compiled loop can be used (numba imports)."""
-    return numba is not None
+    return COMPILED
 
 
 @dataclass(frozen=True)
@@ -122,21 +107,21 @@ def plan_to_idle(replicas: list[Replica], fresh: frozenset[int] = frozenset()) -
     return Planned(runs, fin, fin_run)
 
 
-@_jit
+@jit
 def _grow(a: np.ndarray) -> np.ndarray:
     out = np.empty(2 * a.shape[0], a.dtype)
     out[: a.shape[0]] = a
     return out
 
 
-@_jit
+@jit
 def _grow2(a: np.ndarray) -> np.ndarray:
     out = np.empty((2 * a.shape[0], a.shape[1]), a.dtype)
     out[: a.shape[0]] = a
     return out
 
 
-@_jit
+@jit
 def _plan_to_idle(
     cols: np.ndarray, group: np.ndarray, state: np.ndarray, wave_f: np.ndarray, waiting0: np.ndarray,
     waiting_at: np.ndarray, wave0: np.ndarray, wave_at: np.ndarray, stack0: np.ndarray, stack_at: np.ndarray,
@@ -342,7 +327,7 @@ def _plan_to_idle(
     return ints[:n_runs], floats[:n_runs], fin[:n_fin], fin_run[:n_fin], counters
 
 
-@_jit
+@jit
 def _leave(i: int, S: int, prompt: np.ndarray, generated: np.ndarray, join_step: np.ndarray, private_kv: np.ndarray,
            group: np.ndarray, resident: np.ndarray, sharing: bool) -> tuple[int, int]:
     """:meth:`Replica._leave` and ``_release_group`` of request ``i`` at step ``S``: fix its
@@ -358,7 +343,7 @@ def _leave(i: int, S: int, prompt: np.ndarray, generated: np.ndarray, join_step:
     return prompt[i] + generated[i] - (S - j) - j, kv
 
 
-@_jit
+@jit
 def _heap_push(hs: np.ndarray, ho: np.ndarray, hr: np.ndarray, n: int, s: int, o: int, i: int) -> int:
     """heapq.heappush of (s, o, i) onto the first ``n`` entries (keys (s, o) distinct)."""
     pos = n
@@ -372,7 +357,7 @@ def _heap_push(hs: np.ndarray, ho: np.ndarray, hr: np.ndarray, n: int, s: int, o
     return n + 1
 
 
-@_jit
+@jit
 def _heap_pop(hs: np.ndarray, ho: np.ndarray, hr: np.ndarray, n: int) -> int:
     """heapq.heappop's removal of the smallest entry; returns the new size."""
     n -= 1

@@ -72,6 +72,7 @@ def _moe_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any] | None:
             "expert_intermediate_size": width,
             "shared_intermediate_size": opt(cfg, "n_shared_experts", 0, 0) * width,
             "first_dense_layers": opt(cfg, "first_k_dense_replace", 0, 0),
+            "routing": "grouped",  # vLLM's DeepseekV2MoE: FusedMoE(use_grouped_topk=True)
         }
     else:
         return None

@@ -52,6 +52,10 @@ class MoESpec(Spec):
     # MLP; Qwen2-MoE has one shared MLP of its own width plus a sigmoid gate (d -> 1).
     shared_intermediate_size: int = Field(default=0, ge=0)
     shared_expert_gate: bool = False
+    # How the router picks experts: a plain top-k over the experts (Qwen, Mixtral), or
+    # DeepSeek's grouped top-k (the best experts within the best groups; vLLM's DeepseekV2MoE
+    # always routes with grouped_topk). Only the rollout engine's op count reads it.
+    routing: Literal["topk", "grouped"] = "topk"
     # Layers that stay dense: the first ``first_dense_layers`` layers and any in ``dense_layers``.
     first_dense_layers: int = Field(default=0, ge=0)
     dense_layers: tuple[int, ...] = ()

@@ -128,7 +128,11 @@ def decode_step_breakdown(
     ops, kernels = step_ops(model, layout)
     count = (f"{model.num_layers} layers x {layout.eager_ops_per_layer} ops (EngineLayout.eager_ops_per_layer)"
              if layout.eager_ops_per_layer is not None else
-             f"{model.num_layers} layers, structural count: rollout_step.eager_ops_per_layer")
+             f"{model.num_layers} layers, structural count: rollout_step.eager_ops_per_layer"
+             + (f"; routed-expert layers as vLLM 0.8.5's fused-MoE path runs them ({model.moe.routing} top-k)"
+                if model.moe is not None else "")
+             + ("; MLA's decode path with its eager PyTorch ops (vLLM 0.8.5)" if model.mla is not None and not cuda_graphs
+                else ""))
     terms.append(StepTerm(
         f"kernel floor ({'CUDA graphs' if cuda_graphs else 'eager'})", step.floor_s, "floor",
         f"max({_prov(cluster, 'graph_kernel_launch_s')}, {_prov(cluster, 'decode_kernel_min_s')}) x {kernels} kernels ({count})"

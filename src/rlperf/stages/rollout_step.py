@@ -107,9 +107,29 @@ ops of a layer are a structural count of vLLM's decoder layers (:func:`eager_ops
 a dense layer dispatches 10 at tp 1 (norm, QKV, rotary, KV write, attention, output
 projection, norm, gate-up, activation, down) and two all-reduces at tp > 1; Qwen3's q/k norms
 add 2; MLA adds 6 (the q and kv down-projections with their norms and the two absorbed
-up-projections in place of one QKV GEMM); a routed-expert layer adds 4 (router GEMM, top-k,
-token sort, sum of the k outputs; the grouped gate-up, activation and down replace the MLP's
-three) and 3 for a shared-expert MLP (4 with its gate). A count, not fitted.
+up-projections in place of one QKV GEMM); a shared-expert MLP adds 3 (4 with its gate). A
+routed-expert layer's block is counted from vLLM 0.8.5's fused-MoE path (the version of the
+image verl's DeepSeek-V3 recipe names; ``fused_moe.py``, ``moe_align_block_size.py``,
+``deepseek_v2.py``): the router GEMM, the top-k, the align step's three kernels (a fill of the
+sorted ids, a zeroed expert-id buffer, the align kernel), the grouped gate-up, activation and
+down (in place of the MLP's three) and the sum of the k outputs. The top-k is ``fused_topk``
+(the logits cast to fp32 and one top-k softmax kernel: 2) for a plain router; DeepSeek's MoE
+class always runs ``grouped_topk`` (``ModelSpec.moe.routing``), a ``torch.compile``'d function
+that stays compiled under ``enforce_eager``: 7 kernels (4 fused pointwise/reduction kernels
+and 3 top-k calls, the count of its inductor graph compiled here for the CPU, standing in for
+the GPU's), followed by the routed scaling and the shared output's add. So a plain MoE layer
+adds 7 and a DeepSeek one 14 (DeepSeek-V3's MoE layer at tp > 1: 10 + 2 + 6 + 14 + 3 = 35 as
+a graph replays it). In eager mode vLLM's MLA decode path (``v1/attention/backends/mla/
+common.py``, ``flashmla.py``) dispatches 19 more ops that a graph's ``torch.compile`` fuses:
+the contiguous copies of the latent and of q_pe, DeepSeek's YaRN rotary
+(``DeepseekScalingRotaryEmbedding.forward``, PyTorch ops: the cos/sin index, two
+``repeat_interleave``, five ops each for q and k: 13 for the structural 1), the two copies of
+the rotated q_pe and k_pe back into place, the cat of q_nope and q_pe before FlashMLA, the
+output's reshape after the W_UV bmm and its copy into the layer's output: 54 ops per
+DeepSeek-V3 MoE layer eager (37 for its 3 dense layers). The counts are low estimates: each
+op is charged ``eager_op_launch_s``, a figure of vLLM's Llama layer whose 10 ops are whole
+modules, while the compiled top-k's Triton launches and its guard check are not counted
+apart. A count, not fitted.
 
 The roofline ``max(compute, memory)`` is the usual decode model (Williams et al. 2009; Pope et
 al. 2022, "Efficiently Scaling Transformer Inference", §2). With the batch fixed, the total
@@ -664,17 +684,38 @@ def envelope_sum(lines: list[tuple[float, float]], n: int) -> float:
     return total
 
 
-def eager_ops_per_layer(model: ModelSpec, tp: int, moe_layer: bool) -> int:
-    """Ops (kernels and collectives) one decoder layer dispatches in an eager decode step: the
-    structural count of the module docstring."""
+# Ops of vLLM 0.8.5's routed-expert block beyond a dense MLP's three (its grouped gate-up,
+# activation and down replace them), module docstring: router GEMM, top-k, the align step's
+# three kernels (sorted-ids fill, expert-ids zeroing, align), the sum of the k outputs.
+# Plain top-k (fused_topk): the logits' fp32 cast and the top-k softmax kernel. DeepSeek's
+# grouped top-k (torch.compile'd grouped_topk: 4 fused pointwise/reduction kernels and 3 top-k
+# calls), then the routed scaling and the shared output's add.
+MOE_EXTRA_OPS = {"topk": 1 + 2 + 3 + 1, "grouped": 1 + 7 + 3 + 1 + 2}
+# Ops vLLM 0.8.5's MLA decode path dispatches in eager mode beyond the structural 11 (module
+# docstring): the latent's and q_pe's contiguous copies, DeepSeek's YaRN rotary run as PyTorch
+# ops (13 for its 1: cos/sin index, two repeat_interleave, 5 per q and k), the two copies back
+# into q_pe and k_pe, the cat of q_nope and q_pe, the output's reshape and its copy into place.
+MLA_EAGER_EXTRA_OPS = 2 + 12 + 2 + 1 + 2
+
+
+def structural_ops_per_layer(model: ModelSpec, tp: int, moe_layer: bool) -> int:
+    """Ops (kernels and collectives) of one decoder layer of a decode step as a graph replays
+    them: the structural count of the module docstring."""
     ops = 10 + (2 if tp > 1 else 0)
     ops += 2 if model.qk_norm else 0
     ops += 6 if model.mla is not None else 0
     moe = model.moe
     if moe_layer and moe is not None:
-        ops += 4
+        ops += MOE_EXTRA_OPS[moe.routing]
         ops += (3 + (1 if moe.shared_expert_gate else 0)) if moe.shared_intermediate_size else 0
     return ops
+
+
+def eager_ops_per_layer(model: ModelSpec, tp: int, moe_layer: bool) -> int:
+    """Ops one decoder layer dispatches in an eager decode step: the structural count plus the
+    PyTorch ops of vLLM's MLA decode path, which a graph (torch.compile) fuses."""
+    extra = MLA_EAGER_EXTRA_OPS if model.mla is not None else 0
+    return structural_ops_per_layer(model, tp, moe_layer) + extra
 
 
 def step_ops(model: ModelSpec, layout: EngineLayout) -> tuple[int, int]:
@@ -702,9 +743,12 @@ def eager_ops_per_step(model: ModelSpec, tp: int) -> int:
 
 
 def kernels_per_step(model: ModelSpec, tp: int) -> int:
-    """Device kernels of all decoder layers of one decode step: the eager ops less the two
-    all-reduces a layer makes at tp > 1 (costed as communication)."""
-    return eager_ops_per_step(model, tp) - (2 * model.num_layers if tp > 1 else 0)
+    """Device kernels of all decoder layers of one decode step as a graph replays them: the
+    structural ops less the two all-reduces a layer makes at tp > 1 (costed as communication)."""
+    moe_layers = model.num_moe_layers
+    ops = ((model.num_layers - moe_layers) * structural_ops_per_layer(model, tp, False)
+           + moe_layers * structural_ops_per_layer(model, tp, True))
+    return ops - (2 * model.num_layers if tp > 1 else 0)
 
 
 def _expert_params(model: ModelSpec) -> tuple[float, float]:

@@ -226,7 +226,7 @@ def test_kv_capacity_respected_at_every_event(
         st.tuples(st.integers(1, 800), st.integers(0, 7), st.floats(0, 3)), min_size=1, max_size=30
     ),
     group_prompt=st.lists(st.integers(1, 200), min_size=8, max_size=8),
-    dispatch=st.sampled_from(["round_robin", "least_loaded"]),
+    dispatch=st.sampled_from(["round_robin", "least_loaded", "round_robin_requests"]),
     budget=st.one_of(st.none(), st.integers(1, 400)),
     limit_frac=st.one_of(st.none(), st.floats(0.05, 1.0)),
     stop_after=st.one_of(st.none(), st.integers(1, 30)),

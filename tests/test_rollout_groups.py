@@ -89,3 +89,34 @@ def test_streaming_whole_groups_with_the_analytic_costs() -> None:
     assert r.trained_responses_per_step >= 16 * 16  # at least the batch (whole groups: tests/test_modes.py)
     assert r.staleness_distribution.num_responses == len(r.staleness)
     assert r.step_time_s >= r.bounds.lower_bound_s
+
+
+def test_round_robin_requests_spreads_each_group_over_the_replicas() -> None:
+    """verl's server manager (one server per request, in turn): group g of 8 requests on 4
+    replicas puts 2 on each, requests in submission order go to replicas 0, 1, 2, 3, 0, ...;
+    by group round-robin the whole group stays on one replica."""
+    resp, grp = groups(6, 8, 5)
+    spread = run(resp, grp, 4, dispatch="round_robin_requests")
+    assert np.array_equal(spread.replica_of, np.arange(48) % 4)
+    kept = run(resp, grp, 4)
+    for g in range(6):
+        assert len(set(kept.replica_of[grp == g])) == 1
+        assert np.bincount(spread.replica_of[grp == g], minlength=4).tolist() == [2, 2, 2, 2]
+    assert spread.num_decode_tokens == kept.num_decode_tokens == int(resp.sum())
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(1, 6), st.integers(0, 10_000), st.integers(2, 3))
+def test_round_robin_requests_under_the_gate(m: int, seed: int, replicas: int) -> None:
+    """Gated groups spread request by request: the k-th submitted request goes to replica
+    k mod R (the gate submits whole groups, so each group's requests are consecutive), tokens
+    are conserved and every request finishes."""
+    resp, grp = groups(10, 4, seed)
+    res = run(resp, grp, replicas, max_groups_in_flight=m, dispatch="round_robin_requests")
+    assert np.all(res.finished)
+    assert res.num_decode_tokens == int(resp.sum())
+    # a group's requests went to consecutive replicas (mod R)
+    for g in range(10):
+        r = res.replica_of[grp == g]
+        assert np.array_equal((r - r[0]) % replicas, np.arange(4) % replicas)
+    assert np.bincount(res.replica_of, minlength=replicas).max() - np.bincount(res.replica_of).min() <= 1

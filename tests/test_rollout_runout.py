@@ -84,7 +84,7 @@ def test_run_out_after_staggered_arrivals() -> None:
     req = RolloutRequests.build(
         rng.integers(10, 2000, n), rng.integers(1, 4000, n), arrival_s=np.sort(rng.uniform(0, 20, n))
     )
-    for dispatch in ("round_robin", "least_loaded"):
+    for dispatch in ("round_robin", "least_loaded", "round_robin_requests"):
         opts = RolloutOptions(dispatch=dispatch)
         fast = simulate_rollout(QWEN7, H100, EngineLayout(replicas=3, max_num_seqs=32), req, opts, 200_000)
         slow = simulate_rollout(QWEN7, H100, EngineLayout(replicas=3, max_num_seqs=32), req,

@@ -30,6 +30,7 @@ from rlperf.sim.kernel import Segment
 from rlperf.specs.hardware import ROLLOUT_ONLY_FIELDS, SYNC_ONLY_FIELDS, Cluster
 from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout, check_train_layout
 from rlperf.stages.base import StageCost
+from rlperf.stages.rollout_requests import Dispatch
 from rlperf.stages.rollout_result import RolloutResult
 
 
@@ -104,6 +105,7 @@ class AnalyticCosts:
         stop = stop_after_finished if stop_after_finished is not None and stop_after_finished < batch.num_requests else None
         # Group admission: a gate that admits every group, or a stop at the last group, is none.
         in_flight = stop_groups = None
+        dispatch: Dispatch = "round_robin" if groups is None else groups.dispatch
         if groups is not None:
             num_groups = len(np.unique(batch.group_ids))
             if groups.in_flight(engine.replicas) < num_groups:
@@ -111,12 +113,13 @@ class AnalyticCosts:
             if groups.stop_after_groups is not None and groups.stop_after_groups < num_groups:
                 stop_groups = groups.stop_after_groups
         key = _rollout_key(model.model_dump_json(), _cluster_key(cluster, SYNC_ONLY_FIELDS), engine.model_dump_json(),
-                          batch, token_budget, stop, in_flight, stop_groups)
+                          batch, token_budget, stop, in_flight, stop_groups, dispatch)
         r = _ROLLOUTS.get(key)
         if r is None:
             reqs = RolloutRequests.build(batch.prompt_tokens, batch.target_tokens, batch.group_ids, batch.generated_tokens)
             opts = RolloutOptions(token_budget_per_request=token_budget, stop_after_num_finished=stop,
-                                  max_groups_in_flight=in_flight, stop_after_num_groups=stop_groups)
+                                  max_groups_in_flight=in_flight, stop_after_num_groups=stop_groups,
+                                  dispatch=dispatch)
             r = simulate_rollout(model, cluster, engine, reqs, opts)
             _remember(key, r)
         else:
@@ -207,7 +210,7 @@ class AnalyticCosts:
 # plans it shortlists (the same workload sample, engine and GPUs). Results are immutable
 # (read-only arrays), so sharing one is safe.
 # (model, cluster, engine, hash of the batch, token budget, stop after k finished)
-_RolloutKey = tuple[str, str, str, bytes, int | None, int | None, int | None, int | None]
+_RolloutKey = tuple[str, str, str, bytes, int | None, int | None, int | None, int | None, str]
 _ROLLOUTS: OrderedDict[_RolloutKey, RolloutResult] = OrderedDict()
 _ROLLOUTS_MAX = 32
 
@@ -251,13 +254,13 @@ def _memo_stage(key: tuple[object, ...], fn: Callable[[], StageCost]) -> StageCo
 
 def _rollout_key(model: str, cluster: str, engine: str, batch: RolloutBatch,
                  token_budget: int | None, stop: int | None, in_flight: int | None = None,
-                 stop_groups: int | None = None) -> _RolloutKey:
+                 stop_groups: int | None = None, dispatch: Dispatch = "round_robin") -> _RolloutKey:
     h = hashlib.blake2b(digest_size=16)
     for a in (batch.prompt_tokens, batch.target_tokens, batch.generated_tokens, batch.group_ids):
         arr = np.ascontiguousarray(a, dtype=np.int64)
         h.update(arr.size.to_bytes(8, "little"))
         h.update(arr.tobytes())
-    return model, cluster, engine, h.digest(), token_budget, stop, in_flight, stop_groups
+    return model, cluster, engine, h.digest(), token_budget, stop, in_flight, stop_groups, dispatch
 
 
 def _remember(key: _RolloutKey, r: RolloutResult) -> None:

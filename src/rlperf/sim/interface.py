@@ -15,6 +15,7 @@ import numpy as np
 
 from rlperf.sim.kernel import Segment
 from rlperf.stages.base import StageCost
+from rlperf.stages.rollout_requests import Dispatch
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,15 @@ class GroupAdmission:
     """A rollouter that streams whole prompt groups (verl fully_async): at most
     ``min(per_engine x replicas, max_total)`` groups in flight, the next one submitted when a
     group has all its responses (rlperf.stages.rollout_groups); the call stops once
-    ``stop_after_groups`` groups are complete (None: when every request has finished)."""
+    ``stop_after_groups`` groups are complete (None: when every request has finished).
+    ``dispatch``: how the submitted requests reach the engines; verl's rollouter sends each
+    through its agent loop's server manager, one server per request in turn
+    (``round_robin_requests``, rlperf.stages.rollout_requests.RolloutOptions.dispatch)."""
 
     per_engine: int
     max_total: int | None = None
     stop_after_groups: int | None = None
+    dispatch: Dispatch = "round_robin_requests"
 
     def in_flight(self, replicas: int) -> int:
         """Groups in flight on ``replicas`` engines."""

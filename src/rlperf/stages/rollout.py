@@ -1,7 +1,7 @@
 """Rollout stage: generation on ``replicas`` vLLM/SGLang-like engines, at request granularity.
 
-:func:`simulate_rollout` dispatches requests to replicas (round-robin by group or least
-loaded), runs continuous batching on each (:mod:`rlperf.stages.rollout_engine`) with the
+:func:`simulate_rollout` dispatches requests to replicas (round-robin by group or by request,
+or least loaded), runs continuous batching on each (:mod:`rlperf.stages.rollout_engine`) with the
 closed-form step costs of :mod:`rlperf.stages.rollout_step`, and returns a
 :class:`RolloutResult`. An engine with ``batching="static"`` runs fixed batches instead
 (:mod:`rlperf.stages.rollout_static`). Replicas are advanced by one event heap in time order, so arrivals
@@ -19,7 +19,7 @@ import heapq
 import math
 from bisect import bisect_right
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -168,12 +168,29 @@ class _Dispatchable(Protocol):
 R = TypeVar("R", bound=_Dispatchable)
 
 
+class _RequestRoundRobin(Generic[R]):
+    """``choose`` of round_robin_requests: the k-th request asked for goes to replica k mod R
+    (the driver asks in submission order)."""
+
+    def __init__(self, replicas: list[R]) -> None:
+        self.replicas = replicas
+        self.count = 0
+
+    def __call__(self, i: int) -> R:
+        r = self.replicas[self.count % len(self.replicas)]
+        self.count += 1
+        return r
+
+
 def _dispatcher(requests: RolloutRequests, opts: RolloutOptions, replicas: list[R]) -> Callable[[int], R]:
-    """Return ``choose(i) -> replica`` for request ``i``; groups stay on one replica."""
+    """Return ``choose(i) -> replica`` for request ``i``; groups stay on one replica, except
+    under round_robin_requests (one replica per request, in the order asked)."""
     groups = requests.group_id
     if opts.dispatch == "round_robin":
         slot: list[int] = _round_robin_slots(groups, len(replicas)).tolist()
         return lambda i: replicas[slot[i]]
+    if opts.dispatch == "round_robin_requests":
+        return _RequestRoundRobin(replicas)
     home: dict[int, R] = {}
 
     def least_loaded(i: int) -> R:

@@ -12,7 +12,7 @@ from pydantic import Field
 from rlperf.errors import SpecError
 from rlperf.specs.base import Spec
 
-Dispatch = Literal["round_robin", "least_loaded"]
+Dispatch = Literal["round_robin", "least_loaded", "round_robin_requests"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,10 +123,15 @@ class RolloutOptions(Spec):
     """round_robin: group g (in order of first appearance) goes to replica g mod R, so a group
     stays on one replica, as when a batch is split in contiguous chunks over the data-parallel
     engine ranks (verl's SPMD rollout, groups repeated interleaved); least_loaded: a new group
-    goes to the replica with the fewest unfinished requests at its arrival (ties: lowest index).
-    Not modelled: verl's async agent loop (``AsyncLLMServerManager._choose_server``) spreads a
-    group's requests one by one over the servers by a request counter that is never decremented,
-    i.e. round-robin over requests, not groups."""
+    goes to the replica with the fewest unfinished requests at its arrival (ties: lowest index);
+    round_robin_requests: the k-th request submitted in the call (arrival order, then the order
+    a group gate submits them) goes to replica k mod R, so a group's requests spread over the
+    replicas, as verl's async agent loop sends them: ``AsyncLLMServerManager._choose_server``
+    gives each new request id the server with the lowest request count and increments it, a
+    count that is never decremented (round-robin over requests; verl/experimental/agent_loop/
+    agent_loop.py at b25bb7d, the fully-async recipe's agent loop draws a fresh request id per
+    run). verl keeps one counter per agent-loop worker and over the whole run; here one counter
+    per call."""
     token_budget_per_request: int | None = Field(default=None, gt=0)
     """Partial rollout (Kimi k1.5): a request generates at most this many new tokens in this
     call and is returned unfinished if its response is longer."""

@@ -21,7 +21,9 @@ Without numba (it is a pinned dependency, but the core must import without compi
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -65,17 +67,17 @@ def plan_to_idle(replicas: list[Replica], fresh: frozenset[int] = frozenset()) -
                      np.int64).reshape(len(replicas), 12)
     wave_f = np.array([[r.wave_s_per_token, r.wave_flops_per_token] for r in replicas], np.float64).reshape(-1, 2)
 
-    def flat(parts: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-        sizes = np.array([len(p) for p in parts], np.int64)
-        values = np.fromiter((x for p in parts for x in p), np.int64, int(sizes.sum()))
-        return values, np.concatenate(([0], np.cumsum(sizes)))
+    def flat(parts: Sequence[Iterable[int]], sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        values = np.fromiter(chain.from_iterable(parts), np.int64, sum(sizes))
+        return values, np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
 
-    waiting, waiting_at = flat([list(r.waiting) for r in replicas])
-    wave, wave_at = flat([r.wave for r in replicas])
-    stack, stack_at = flat([r.stack for r in replicas])
-    heap, heap_at = flat([[x for e in r.heap for x in e] for r in replicas])
+    waiting, waiting_at = flat([r.waiting for r in replicas], [len(r.waiting) for r in replicas])
+    wave, wave_at = flat([r.wave for r in replicas], [len(r.wave) for r in replicas])
+    stack, stack_at = flat([r.stack for r in replicas], [len(r.stack) for r in replicas])
+    heap, heap_at = flat([chain.from_iterable(r.heap) for r in replicas], [3 * len(r.heap) for r in replicas])
     gmap = dict(zip(bk.group, group.tolist())) if any(r.group_resident for r in replicas) else {}
-    res, res_at = flat([[x for g, c in r.group_resident.items() for x in (gmap[g], c)] for r in replicas])
+    res, res_at = flat([[x for g, c in r.group_resident.items() for x in (gmap[g], c)] for r in replicas],
+                       [2 * len(r.group_resident) for r in replicas])
     consts = np.array([step.prefill_linear_flops_per_token, step.lm_head_flops, step.attention_flops_per_pair,
                        step.matmul_flops_per_s, step.attention_flops_per_s], np.float64)
     ints, floats, fin, fin_run, counters = _plan_to_idle(

@@ -41,7 +41,7 @@ def test_compiled_loop_is_used() -> None:
     token_budget=st.sampled_from([None, 500]),
     moe=st.booleans(),
     staggered=st.booleans(),
-    dispatch=st.sampled_from(["round_robin", "least_loaded"]),
+    dispatch=st.sampled_from(["round_robin", "least_loaded", "round_robin_requests"]),
 )
 def test_compiled_equals_python_run_out(
     groups: list[tuple[int, list[int]]], replicas: int, tp_pp: tuple[int, int], max_num_seqs: int,
@@ -50,7 +50,8 @@ def test_compiled_equals_python_run_out(
 ) -> None:
     """Requests all at once (the run-out also applies the replicas' first events) or arriving
     over time (the run-out starts from replicas mid-flight: waves prefilling, stale heap
-    entries, groups resident, preempted requests queued), small caches that preempt."""
+    entries, groups resident, preempted requests queued); groups kept on one replica or spread
+    over several; small caches that preempt."""
     req, cap = requests_of(groups, kv)
     if staggered:
         arrival = np.sort(np.random.default_rng(len(groups)).uniform(0, 5, req.num_requests))

@@ -1,8 +1,8 @@
 """Machine code for the simulator's few scalar loops (numba, a pinned dependency).
 
 :func:`jit` compiles a function on its first call and caches the machine code on disk next to
-its module (the first run of a fresh install pays the compile, ~10 s for the rollout loop;
-later processes load it). Without numba the function runs as plain Python, to the same result
+its module (the first run of a fresh install pays the compile, ~10 CPU-s for the rollout loop;
+later processes load it; where no cache directory is writable, every process compiles). Without numba the function runs as plain Python, to the same result
 (slower): the core imports without compiled extras.
 """
 
@@ -26,4 +26,7 @@ def jit(f: F) -> F:
     float operations are IEEE, in source order, without fast-math)."""
     if numba is None:  # pragma: no cover
         return f
-    return cast(F, numba.njit(cache=True, nogil=True, error_model="numpy")(f))
+    try:
+        return cast(F, numba.njit(cache=True, nogil=True, error_model="numpy")(f))
+    except RuntimeError:  # pragma: no cover - no writable place for the cache: compile in every process
+        return cast(F, numba.njit(nogil=True, error_model="numpy")(f))

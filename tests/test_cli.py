@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
 import pytest
 
-from rlperf.cli.app import main
+from rlperf.cli.app import collector_paused, main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "src" / "rlperf" / "frameworks" / "examples"
@@ -49,6 +50,22 @@ def test_plan_json_has_best_baselines_and_user_plan(capsys: pytest.CaptureFixtur
     for b in doc["baselines"]:
         assert doc["best"]["step_time_s"] <= b["step_time_s"] * (1 + 1e-9)
     assert "explanation" in doc and doc["explanation"]["what_ifs"]
+    assert gc.isenabled()  # the collector, paused for the question, is back
+
+
+def test_the_collector_pause_restores_the_setting_it_found() -> None:
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), collector_paused():
+        assert not gc.isenabled()
+        raise RuntimeError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()
 
 
 def test_plan_from_verl_predicts_the_users_config_beside_the_best(capsys: pytest.CaptureFixture[str]) -> None:

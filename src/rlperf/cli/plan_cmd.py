@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from rlperf.api import DEFAULT_SCENARIO, PlanAnswer, RunTotals
-from rlperf.cli.app import app
+from rlperf.cli.app import app, collector_paused
 from rlperf.cli.render import console, fmt_bytes, fmt_s, progress_reporter, table
 from rlperf.plan.memory_breakdown import RoleMemory
 from rlperf.plan.search import PlanEvaluation, PlanSearchResult
@@ -107,7 +107,7 @@ def plan_cmd(
         resolved = (sc, LengthChoice(sc.workload.response_length, f"{from_kind} import: " + "; ".join(
             a for a in import_report.assumptions if "response" in a) or f"{from_kind} import"))
     mapper = ray_mapper() if executor == "ray" else local_mapper(jobs or None)
-    with progress_reporter(console) as progress:
+    with collector_paused(), progress_reporter(console) as progress:
         ans = plan(scenario, end_mean_response=end_mean_response, steps=steps, lengths=sweep, framework=framework,
                    objective=objective, max_staleness=max_staleness, top_k=top_k, fine_splits=fine_splits,
                    resolved=resolved, mapper=mapper, timeline=report is not None,

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from rlperf.catalog import load_config, load_model
-from rlperf.cost.collectives import all_reduce, group_for
+from rlperf.cost.collectives import all_gather, all_reduce, group_for
 from rlperf.cost.memory import train_memory
 from rlperf.errors import SpecError
 from rlperf.specs.dtypes import bytes_per
@@ -114,6 +114,21 @@ def test_overlap_hides_gradient_reduction() -> None:
     off = train_step(DENSE, NODE, TrainLayout(dp=8, zero_stage=2, micro_batch_size=2, overlap_grad_comm=False), seqs)
     assert on.component("grad_comm") < off.component("grad_comm")
     assert off.time_s - on.time_s == pytest.approx(off.component("grad_comm") - on.component("grad_comm"))
+
+
+def test_gathers_without_prefetch_are_exposed_whole() -> None:
+    """Without prefetch every ZeRO-3 gather waits: each micro-batch's forward and backward add
+    the stage's whole all-gather (the same bytes as with prefetch, which hides all but one
+    unit's gather behind the compute)."""
+    n, seqs = 8, np.full(64, 2048)
+    on = train_step(DENSE, NODE, TrainLayout(dp=n, zero_stage=3, micro_batch_size=4), seqs)
+    off = train_step(DENSE, NODE, TrainLayout(dp=n, zero_stage=3, micro_batch_size=4, prefetch_gathers=False), seqs)
+    gather = sum(c.time_s for c in [all_gather(NODE, DENSE.num_params * 2 / (DENSE.num_layers + 1), group_for(NODE, n))]
+                 * (DENSE.num_layers + 1))
+    micro_batches = 64 // n // 4
+    assert off.component("zero_gather") == pytest.approx(2 * micro_batches * gather, rel=1e-9)
+    assert on.component("zero_gather") < off.component("zero_gather")
+    assert on.comm_bytes == pytest.approx(off.comm_bytes)
 
 
 # ---------------------------------------------------------------------- FLOPs, steps, memory

@@ -236,6 +236,8 @@ def _layout(spec: ScenarioSpec, out: _Out) -> None:
     for field, want in (("param_dtype", "bf16"), ("grad_dtype", "fp32"), ("overlap_grad_comm", True)):
         if getattr(lay, field) != want:
             out.missing.append(f"{field}={getattr(lay, field)}: OpenRLHF trains in bf16 with fp32 reduction")
+    if not lay.prefetch_gathers:
+        out.missing.append("prefetch_gathers=False: OpenRLHF's DeepSpeed config keeps ZeRO-3's prefetch")
 
 
 def _shape(lay: TrainLayout) -> dict[str, object]:

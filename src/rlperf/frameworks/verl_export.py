@@ -272,7 +272,8 @@ def _layout(role: str, lay: TrainLayout, out: _Out) -> None:
         out.set(f"{ROLE_MODEL[role]}.use_remove_padding", lay.packing)
     if role in ROLE_RECOMPUTE:
         _recompute(role, lay, strategy, out)
-    for field, want in (("param_dtype", "bf16"), ("grad_dtype", "fp32"), ("overlap_grad_comm", True)):
+    for field, want in (("param_dtype", "bf16"), ("grad_dtype", "fp32"), ("overlap_grad_comm", True),
+                        ("prefetch_gathers", True)):
         if getattr(lay, field) != want:
             out.missing.append(f"{role}.{field}={getattr(lay, field)}: verl's engines use {want}")
 

@@ -70,6 +70,11 @@ class TrainLayout(Spec):
     # FP8 rate, an FP8 copy of each weight cached next to the param_dtype one)
     compute_dtype: TrainComputeDtype = "bf16"
     overlap_grad_comm: bool = True
+    # ZeRO-3 / FSDP weight gathers prefetched one unit ahead of the compute (FSDP's prefetch,
+    # DeepSpeed's stage3_prefetch_bucket_size); False: each unit is gathered when the pass
+    # reaches it and waits for it (DeepSpeed when stage3_max_live_parameters is below a unit's
+    # parameters, as in DeepSpeed-Chat's training config: 3e7)
+    prefetch_gathers: bool = True
     # attention kernels: FlashAttention (causal tiles, no score matrix in HBM) or the unfused
     # path of Megatron's core attention (full-square scores, softmax and dropout through HBM)
     attention_kernel: AttentionKernel = "flash"

@@ -76,8 +76,12 @@ outermost, as Megatron-Core orders its process groups):
   on the GPU, up), Megatron's distributed optimizer once per step. CPU-offloaded weights (ZeRO-Offload /
   FSDP ``CPUOffload``) cross PCIe on every pass the same way. Gathers are prefetched one unit
   (layer) ahead: the first unit's gather is exposed, the rest only where it outlasts the pass's
-  compute; the gradient reduce-scatter overlaps the backward the same way when
-  ``overlap_grad_comm`` (its last bucket exposed), and is fully exposed otherwise.
+  compute; without ``prefetch_gathers`` every gather is exposed (DeepSpeed's coordinator
+  prefetches at most ``min(stage3_max_live_parameters - parameters already gathered,
+  stage3_prefetch_bucket_size)`` parameters, none once the live limit is below a module's
+  parameters: ``PartitionedParameterCoordinator.fetch_sub_module``); the gradient
+  reduce-scatter overlaps the backward the same way when ``overlap_grad_comm`` (its last
+  bucket exposed), and is fully exposed otherwise.
 """
 
 from __future__ import annotations
@@ -640,6 +644,8 @@ class LayoutCosts:
         """ZeRO-3 all-gather (and/or CPU-offload upload) of the stage's weights for one pass of
         each micro-batch (``compute_s``: that pass's compute)."""
         t, sent = self._dp_traffic(shard, "weight_gather")
+        if not self.layout.prefetch_gathers and self.layout.zero_stage >= 3:
+            return Exposed(t, np.full(np.shape(compute_s), t), sent)
         return overlap(t, compute_s, shard.num_layers + 1, sent)
 
     @property

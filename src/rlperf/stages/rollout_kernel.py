@@ -21,6 +21,7 @@ Without numba (it is a pinned dependency, but the core must import without compi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -378,3 +379,37 @@ def _heap_pop(hs: np.ndarray, ho: np.ndarray, hr: np.ndarray, n: int) -> int:
     if n > 0:
         hs[pos], ho[pos], hr[pos] = s, o, i
     return n
+
+
+@jit
+def envelope_sums(c0: np.ndarray, c1: np.ndarray, m0: np.ndarray, m1: np.ndarray, floor: np.ndarray,
+                  n: np.ndarray) -> np.ndarray:
+    """:func:`rlperf.stages.rollout_step.envelope_sum` of each run's three lines (compute,
+    memory, floor) over its ``n[k]`` steps, with the same float operations in the same order
+    (the line highest at ``i``, ties to the steeper, then the first; each piece an arithmetic
+    series)."""
+    out = np.empty(n.shape[0], np.float64)
+    a_of = np.empty(3, np.float64)
+    s_of = np.empty(3, np.float64)
+    for k in range(n.shape[0]):
+        a_of[0], a_of[1], a_of[2] = c0[k], m0[k], floor[k]
+        s_of[0], s_of[1], s_of[2] = c1[k], m1[k], 0.0
+        steps = n[k]
+        i = 0
+        total = 0.0
+        while i < steps:
+            best = 0
+            for j in range(1, 3):
+                v, vb = a_of[j] + s_of[j] * i, a_of[best] + s_of[best] * i
+                if v > vb or (v == vb and s_of[j] > s_of[best]):
+                    best = j
+            a, s = a_of[best], s_of[best]
+            nxt = steps
+            for j in range(3):
+                a2, s2 = a_of[j], s_of[j]
+                if s2 > s and a - a2 < (s2 - s) * steps:
+                    nxt = min(nxt, max(i + 1, math.floor((a - a2) / (s2 - s)) + 1))
+            total += (nxt - i) * a + s * 0.5 * (nxt * (nxt - 1) - i * (i - 1))
+            i = nxt
+        out[k] = total
+    return out

@@ -631,9 +631,9 @@ class Runs:
         out = np.zeros(n.shape)
         live = n > 0
         floor = live & (self.floor > c0) & (self.floor > m0)
-        for k in np.flatnonzero(floor).tolist():
-            lines = [(float(c0[k]), float(c1[k])), (float(m0[k]), float(m1[k])), (float(self.floor[k]), 0.0)]
-            out[k] = envelope_sum(lines, int(n[k])) + int(n[k]) * float(fixed[k])
+        at = np.flatnonzero(floor)
+        if at.size:
+            out[at] = _envelope_sums(c0[at], c1[at], m0[at], m1[at], self.floor[at], n[at]) + n[at] * fixed[at]
         same = live & ~floor & (c1 == m1)
         out[same] = (_lin_sum(np.maximum(c0, m0), c1, 0, n) + n * fixed)[same]
         cross = live & ~floor & ~same
@@ -664,6 +664,21 @@ def _lin_sum(a: np.ndarray, s: np.ndarray, i0: int | np.ndarray, i1: np.ndarray)
 def _lin_sum(a: Coef, s: Coef, i0: Count, i1: Count) -> Coef:
     """sum_{i=i0}^{i1-1} (a + s·i)."""
     return (i1 - i0) * a + s * 0.5 * (i1 * (i1 - 1) - i0 * (i0 - 1))
+
+
+def _envelope_sums(c0: np.ndarray, c1: np.ndarray, m0: np.ndarray, m1: np.ndarray, floor: np.ndarray,
+                   n: np.ndarray) -> np.ndarray:
+    """:func:`envelope_sum` of each run's (compute, memory, floor) lines: compiled
+    (:func:`rlperf.stages.rollout_kernel.envelope_sums`, the same operations) where numba is
+    installed, else run by run."""
+    from rlperf.stages import rollout_kernel
+
+    c0, c1, m0, m1, floor = (np.ascontiguousarray(x, np.float64) for x in (c0, c1, m0, m1, floor))
+    steps = np.ascontiguousarray(n, np.int64)
+    if rollout_kernel.available():
+        return rollout_kernel.envelope_sums(c0, c1, m0, m1, floor, steps)
+    return np.array([envelope_sum([(c0[k], c1[k]), (m0[k], m1[k]), (floor[k], 0.0)], int(steps[k]))  # pragma: no cover
+                     for k in range(steps.size)])
 
 
 def envelope_sum(lines: list[tuple[float, float]], n: int) -> float:

@@ -3,6 +3,8 @@ steady-state results do not depend on the simulated length, and sharing a pool b
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -335,6 +337,53 @@ def test_a_steady_call_runs_every_piece_of_one_steps_responses(lengths: list[int
     streaming = mode_of(ExecutionMode(kind="streaming", staleness_threshold=tau))
     delta = streaming.steady_budget(fresh)
     assert delta is not None and delta * (1 + tau) * n >= target.sum() > (delta - 1) * (1 + tau) * n
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 5000), min_size=1, max_size=40), st.sampled_from([0.25, 0.5, 1.0]),
+       st.one_of(st.none(), st.integers(1, 60)))
+def test_streamings_steady_call_cuts_responses_at_their_own_phase(lengths: list[int], tau: float,
+                                                                  slots: int | None) -> None:
+    """Streaming's steady call (Streaming.steady_call): ``Δ = Σ L / min((1 + τ)·n, slots)``;
+    each response in pieces of at most ``Δ`` that tile ``[0, L)`` (one piece of each, ``Σ L``
+    new tokens), the first ending at its own phase, so the call re-prefills about ``Σ L / Δ``
+    pieces (the requests decoding at an update), at least the cut-at-start count."""
+    from rlperf.sim.interface import RolloutBatch
+
+    target = np.asarray(lengths, np.int64)
+    n = len(target)
+    fresh = RolloutBatch(np.full(n, 7, np.int64), target, np.zeros(n, np.int64), np.arange(n, dtype=np.int64))
+    streaming = mode_of(ExecutionMode(kind="streaming", staleness_threshold=tau))
+    delta = streaming.steady_budget(fresh, slots)
+    c = min((1 + tau) * n, slots if slots is not None else math.inf)
+    assert delta is not None and delta * c >= target.sum() > (delta - 1) * c
+    call = streaming.steady_call(fresh, slots)
+    new = call.target_tokens - call.generated_tokens
+    assert np.all(new >= 1) and np.all(new <= delta)
+    assert int(new.sum()) == int(target.sum())
+    # the pieces of response i (group i + k·n) tile [0, L_i)
+    for i in range(n):
+        mine = call.group_ids % n == i
+        starts, ends = np.sort(call.generated_tokens[mine]), np.sort(call.target_tokens[mine])
+        assert starts[0] == 0 and ends[-1] == target[i] and np.array_equal(starts[1:], ends[:-1])
+    resumed = int(np.sum(call.generated_tokens > 0))
+    assert resumed >= int(np.sum(-(-target // delta) - 1))
+    assert abs(resumed - target.sum() / delta) <= n
+
+
+def test_group_admission_decodes_the_groups_used_slots() -> None:
+    """Under group admission an engine decodes ``g·G·u`` requests at once, ``u`` the share of a
+    group's held slot-steps its responses use (Streaming.requests_per_engine)."""
+    from rlperf.sim.interface import RolloutBatch
+
+    # two groups of 4: lengths 100,100,100,100 (u = 1) and 400,100,100,100 (u = 700/1600)
+    target = np.array([100, 100, 100, 100, 400, 100, 100, 100], np.int64)
+    fresh = RolloutBatch(np.full(8, 7, np.int64), target, np.zeros(8, np.int64), np.repeat(np.arange(2), 4))
+    gated = mode_of(ExecutionMode(kind="streaming", staleness_threshold=0.5, groups_per_engine=16))
+    assert gated.requests_per_engine(1024, fresh) == round(16 * 4 * 1100 / 2000)
+    assert gated.requests_per_engine(8, fresh) == 8  # the engine's own limit binds
+    free = mode_of(ExecutionMode(kind="streaming", staleness_threshold=0.5))
+    assert free.requests_per_engine(1024, fresh) == 1024
 
 
 def test_a_warm_up_longer_than_the_cap_runs_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,9 @@ uses, and a candidate's step time is composed in closed form:
   iteration / (s + 1))`` (the work-depth bound of a pipelined loop);
 - partial rollout and streaming: the rollout is the mode's steady call (rlperf.modes.Mode.steady_call):
   the step's fresh requests and the pieces carried from earlier calls, each capped at the
-  call's token budget (streaming: the budget that keeps ``(1 + τ)·B·G`` requests in flight).
+  call's token budget (streaming: the budget of ``(1 + τ)·B·G`` requests in flight, of which
+  the engines decode at most their slots at once: ``R`` engines x ``max_num_seqs``, under
+  group admission x ``g·G``, the engine's batch then capped at that too).
 
 A rollout on many replicas is simulated on a few of them (the most loaded, and a spread of
 the rest for its tail: rlperf.plan.rollout_sample): the estimate's cost per candidate does not
@@ -71,7 +73,7 @@ class Estimator:
         self._memo: dict[tuple[object, ...], object] = {}
         self._placed: dict[tuple[object, ...], tuple[dict[str, int], dict[str, str]]] = {}
         self._modes: dict[ExecutionMode, Mode] = {}
-        self._lags: dict[tuple[ExecutionMode, bool], int] = {}
+        self._lags: dict[tuple[ExecutionMode, bool, int], int] = {}
         self.evaluations = 0  # component cost evaluations (cache misses)
         gen_rounds = GenerationRounds.of(sc.algorithm, sc.spec.algorithm.keep_rate)
         self.gen_rounds = gen_rounds
@@ -111,10 +113,22 @@ class Estimator:
         self._memo[key] = v
         return v
 
-    def rollout(self, plan: Plan, gpus: int, budget: int | None, greedy: bool = False) -> tuple[float, float]:
+    def slots(self, plan: Plan, gen_gpus: int) -> int:
+        """Requests the rollout engines on ``gen_gpus`` decode at once under ``plan``'s mode."""
+        lay = plan.rollout
+        per_engine = self.mode(plan).requests_per_engine(lay.max_num_seqs, self.batch)
+        return max(1, gen_gpus // (lay.tp * lay.pp)) * per_engine
+
+    def rollout(self, plan: Plan, gpus: int, budget: int | None, greedy: bool = False,
+                slots: int | None = None) -> tuple[float, float]:
+        # A rollouter that admits fewer requests than the engine's slots (whole prompt groups)
+        # runs the engine at that batch.
+        per_engine = self.mode(plan).requests_per_engine(plan.rollout.max_num_seqs, self.batch)
+        if per_engine < plan.rollout.max_num_seqs and not greedy:
+            plan = plan.model_copy(update={"rollout": plan.rollout.model_copy(update={"max_num_seqs": per_engine})})
         costs = self._costs(plan)
         # ReMax's greedy baseline is never budgeted; the step's batch is the mode's steady call.
-        batch = self.greedy if greedy else self._steady_batch(plan, budget)
+        batch = self.greedy if greedy else self._steady_batch(plan, budget, slots)
 
         def run() -> tuple[float, float]:
             # A few replicas stand for all (rlperf.plan.rollout_sample); all of them when few.
@@ -127,12 +141,13 @@ class Estimator:
 
         return self._cached(("gen", plan.rollout, gpus, budget, greedy), run)  # type: ignore[no-any-return]
 
-    def _steady_batch(self, plan: Plan, budget: int | None) -> RolloutBatch:
-        """The mode's steady-state rollout call (carried requests included), one per budget."""
+    def _steady_batch(self, plan: Plan, budget: int | None, slots: int | None) -> RolloutBatch:
+        """The mode's steady-state rollout call (carried requests included), one per budget
+        (the call depends on ``slots`` only through its budget)."""
         key = ("steady", budget)
         got = self._memo.get(key)
         if got is None:
-            got = self._memo[key] = mode_of(plan.mode).steady_call(self.batch)
+            got = self._memo[key] = self.mode(plan).steady_call(self.batch, slots)
         return got  # type: ignore[return-value]
 
     def stage(self, plan: Plan, kind: str, role: str, gpus: int) -> StageCost:
@@ -180,12 +195,13 @@ class Estimator:
     def expected_staleness(self, plan: Plan) -> int:
         """The largest policy lag the simulator is expected to give ``plan``'s trained responses
         (rlperf.modes.Mode.expected_staleness); needs no stage cost."""
-        _, assign = self.placed(plan)
+        size, assign = self.placed(plan)
         shared = assign["generate"] == assign["actor"] and plan.offload_between_phases
-        key = (plan.mode, shared)
+        slots = self.slots(plan, size[assign["generate"]])
+        key = (plan.mode, shared, slots)
         got = self._lags.get(key)
         if got is None:
-            got = self._lags[key] = self.mode(plan).expected_staleness(self.batch, shared)
+            got = self._lags[key] = self.mode(plan).expected_staleness(self.batch, shared, slots)
         return got
 
     def estimate(self, cand: Candidate) -> Estimate:
@@ -197,10 +213,11 @@ class Estimator:
         gen_pool = assign["generate"]
         g_gen = size[gen_pool]
         mode = self.mode(plan)
-        budget = mode.steady_budget(self.batch)
+        slots = self.slots(plan, g_gen)
+        budget = mode.steady_budget(self.batch, slots)
         updates = sc.epochs * sc.minibatches
         stages = sc.algorithm.active_stages(updates)
-        gen_s, tail_s = self.rollout(plan, g_gen, budget)
+        gen_s, tail_s = self.rollout(plan, g_gen, budget, slots=slots)
         gen_s *= self.rounds
         if any(s.name == "generate_greedy" for s in stages):
             gen_s += self.rollout(plan, g_gen, None, greedy=True)[0]
@@ -232,7 +249,7 @@ class Estimator:
             fwd_s = max(max(fwd_by_pool.values(), default=0.0), cpu_s)
         train_s = max(train_by_pool.values(), default=0.0)
         iteration = sync_s + switch_s + gen_s + fwd_s + train_s
-        s = mode.expected_staleness(self.batch, same and plan.offload_between_phases)
+        s = mode.expected_staleness(self.batch, same and plan.offload_between_phases, slots)
         train_side = sync_s + sum(v for k, v in fwd_by_pool.items() if k != gen_pool) + train_s
         gen_side = gen_s + sync_s + fwd_by_pool.get(gen_pool, 0.0)
         step = mode.compose_step(StepParts(iteration, gen_side, train_side, same, tail_s, sync_s))

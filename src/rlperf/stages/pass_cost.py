@@ -335,6 +335,7 @@ class LayoutCosts:
         # per stage, the last micro-batch plan's spread collectives and GEMM time (its backward follows)
         self._spread_memo: dict[int, tuple[MicroBatchShapes, dict[str, np.ndarray]]] = {}
         self._gemm_memo: dict[int, tuple[MicroBatchShapes, np.ndarray]] = {}
+        self._tokens_memo: tuple[MicroBatchShapes | None, np.ndarray] = (None, np.zeros(0))
         self._dp_comm: dict[tuple[int, str], tuple[float, float]] = {}
         self._matmul = ceilings(cluster, layout.compute_dtype, "matmul")  # fp8 training: FP8 GEMMs
         self._gemms = {  # per stage: weight, rows per token, count of each distinct GEMM (columns)
@@ -356,7 +357,10 @@ class LayoutCosts:
 
     # ------------------------------------------------------------------ compute
     def _tokens(self, mb: MicroBatchShapes) -> np.ndarray:
-        return mb.tokens / self.layout.cp
+        """Tokens per device of each of ``mb`` (a pass asks several times: the last one kept)."""
+        if self._tokens_memo[0] is not mb:
+            self._tokens_memo = (mb, mb.tokens / self.layout.cp)
+        return self._tokens_memo[1]
 
     def forward(self, shard: StageShard, mb: MicroBatchShapes) -> PassCost:
         """Forward of each of ``mb`` on one device of ``shard``'s stage, with its communication."""
@@ -386,7 +390,6 @@ class LayoutCosts:
         weights = shard.params * (_C + (0 if frozen else 2 * g))  # read weights for dgrad; accumulate weight grads
         lin = self._linear(shard, mb, 1 if frozen else 2, weights + (1 if frozen else 2) * shard.matmul_io_per_token * t * _C)
         lin = self._with_adapters(shard, lin, t, 4.0)
-        attn_f = self._attention(shard, mb, backward=False)
         attn = self._attention(shard, mb, backward=True)
         elem = self._elementwise(shard, t, LOGIT_PASSES_BACKWARD, 2)
         flops = lin.flops + attn.flops + elem.flops
@@ -400,6 +403,7 @@ class LayoutCosts:
             host += fwd.host_s
             attention_s = attention_s + fwd.attention_s
         elif lay.recompute == "selective":
+            attn_f = self._attention(shard, mb, backward=False)
             flops, hbm, body = flops + attn_f.flops, hbm + attn_f.bytes, body + attn_f.time_s
             attention_s = attention_s + attn_f.time_s
         replay = 1 if lay.recompute == "full" else 0

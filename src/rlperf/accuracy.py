@@ -125,7 +125,9 @@ class StepInterval:
 
 
 def _doc(text: str) -> ErrorData:
-    raw = yaml.safe_load(text)
+    from rlperf.specs.hardware_catalog import SAFE_LOADER
+
+    raw = yaml.load(text, Loader=SAFE_LOADER)
     scored = tuple(ScoredCase(str(c["id"]), float(c["measured_s"]), float(c["predicted_s"])) for c in raw["scored"])
     fits = tuple(LengthFitCase(str(c["id"]), float(c["matching_mean_tokens"]), int(c["cap_tokens"])) for c in raw["length_fits"])
     return ErrorData(scored, fits, str(raw.get("commit", "")))

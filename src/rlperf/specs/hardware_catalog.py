@@ -27,13 +27,13 @@ def normalize(name: str) -> str:
 
 # libyaml's safe loader where PyYAML has it (the same documents, about 10x faster than the pure
 # Python reader on these ~120 KB of shipped data: ~0.15 CPU-s of every command that reads a
-# profile); the pure Python one otherwise.
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# profile); the pure Python one otherwise. Every reader of rlperf's shipped YAML uses it.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _read_data(filename: str) -> Any:
     text = resources.files("rlperf").joinpath("data").joinpath(filename).read_text(encoding="utf-8")
-    return yaml.load(text, Loader=_SAFE_LOADER)
+    return yaml.load(text, Loader=SAFE_LOADER)
 
 
 @lru_cache(maxsize=1)

@@ -36,6 +36,7 @@ from pydantic import Field
 
 from rlperf.errors import parse, unknown_name
 from rlperf.specs.base import Spec
+from rlperf.specs.hardware_catalog import SAFE_LOADER
 from rlperf.specs.lengths import LogNormalLength
 from rlperf.specs.workload import Workload, workload_from_dict, workload_to_dict
 
@@ -140,7 +141,7 @@ def _build(rec: _PresetRecord) -> WorkloadPreset:
 def _presets() -> dict[str, WorkloadPreset]:
     text = (resources.files("rlperf") / "data" / "workload_presets.yaml").read_text("utf-8")
     out: dict[str, WorkloadPreset] = {}
-    for raw in yaml.safe_load(text)["presets"]:
+    for raw in yaml.load(text, Loader=SAFE_LOADER)["presets"]:
         rec = parse(_PresetRecord, raw, where=f"workload_presets.yaml[{raw.get('name', '?')}]")
         assert rec.name not in out, f"duplicate workload preset {rec.name}"
         out[rec.name] = _build(rec)

@@ -54,3 +54,14 @@ def test_rollouts_do_not_read_sync_fields() -> None:
     b = simulate_rollout(MODEL, _with(SYNC_ONLY_FIELDS), engine, reqs)
     assert a.makespan_s == b.makespan_s and a.depth_s == b.depth_s
     assert np.array_equal(a.finish_time_s, b.finish_time_s)
+
+
+def test_the_cache_key_drops_exactly_the_ignored_fields() -> None:
+    from rlperf.sim.costs import _TRAIN_IGNORES, _cluster_key
+
+    assert _cluster_key(_with(SYNC_ONLY_FIELDS | ROLLOUT_ONLY_FIELDS), _TRAIN_IGNORES) == _cluster_key(BASE, _TRAIN_IGNORES)
+    assert _cluster_key(_with(SYNC_ONLY_FIELDS), SYNC_ONLY_FIELDS) == _cluster_key(BASE, SYNC_ONLY_FIELDS)
+    assert _cluster_key(_with(ROLLOUT_ONLY_FIELDS), SYNC_ONLY_FIELDS) != _cluster_key(BASE, SYNC_ONLY_FIELDS)
+    read = BASE.model_copy(update={"profile": BASE.profile.model_copy(update={"matmul_efficiency": 0.123})})
+    assert _cluster_key(read, _TRAIN_IGNORES) != _cluster_key(BASE, _TRAIN_IGNORES)
+    assert _cluster_key(BASE.with_gpus(4), _TRAIN_IGNORES) != _cluster_key(BASE, _TRAIN_IGNORES)

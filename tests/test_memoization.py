@@ -175,3 +175,22 @@ def test_primed_collectives_are_the_ones_costed_plan_by_plan() -> None:
             fa, fb = primed.forward(a, shapes), plain.forward(b, shapes)
             for x, y in ((fa, fb), (primed.backward(a, shapes, fa), plain.backward(b, shapes, fb))):
                 assert all(np.array_equal(getattr(x, f.name), getattr(y, f.name)) for f in dataclasses.fields(x))
+
+
+def test_estimator_keeps_a_partial_and_a_streaming_steady_call_apart() -> None:
+    """A partial rollout's steady call cuts responses at their start, a stream's at its own
+    phase: with equal budgets the estimator's memo must still give each its own call."""
+    from rlperf.plan.estimate import Estimator
+    from rlperf.plan.space import Candidate
+    from rlperf.specs.plan import ExecutionMode, Placement
+    from tests.test_scenarios import small
+
+    sc = small("grpo-qwen2.5-7b-async-s2", prompts=16)
+    stream = sc.plan.model_copy(update={"mode": ExecutionMode(kind="streaming", staleness_threshold=0.5),
+                                        "placement": Placement(kind="disaggregated", rollout_gpus=8)})
+    est = Estimator(sc)
+    delta = est.mode(stream).steady_budget(est.batch, est.slots(stream, 8))
+    assert delta is not None
+    partial = stream.model_copy(update={"mode": ExecutionMode(kind="partial_rollout", token_budget=delta)})
+    est.estimate(Candidate(partial, "partial"))
+    assert est.estimate(Candidate(stream, "stream")) == Estimator(sc).estimate(Candidate(stream, "stream"))

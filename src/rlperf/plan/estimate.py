@@ -139,12 +139,14 @@ class Estimator:
             o = costs.rollout(batch, gpus, budget)
             return o.cost.time_s, o.tail_s
 
-        return self._cached(("gen", plan.rollout, gpus, budget, greedy), run)  # type: ignore[no-any-return]
+        call = None if greedy else type(self.mode(plan)).steady_call
+        return self._cached(("gen", plan.rollout, gpus, budget, greedy, call), run)  # type: ignore[no-any-return]
 
     def _steady_batch(self, plan: Plan, budget: int | None, slots: int | None) -> RolloutBatch:
-        """The mode's steady-state rollout call (carried requests included), one per budget
-        (the call depends on ``slots`` only through its budget)."""
-        key = ("steady", budget)
+        """The mode's steady-state rollout call (carried requests included), one per budget and
+        kind of call (a partial rollout's pieces start at the response's start, a stream's at
+        its own phase; the call depends on ``slots`` only through its budget)."""
+        key = ("steady", budget, type(self.mode(plan)).steady_call)
         got = self._memo.get(key)
         if got is None:
             got = self._memo[key] = self.mode(plan).steady_call(self.batch, slots)

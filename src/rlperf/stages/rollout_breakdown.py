@@ -129,7 +129,7 @@ def decode_step_breakdown(
     count = (f"{model.num_layers} layers x {layout.eager_ops_per_layer} ops (EngineLayout.eager_ops_per_layer)"
              if layout.eager_ops_per_layer is not None else
              f"{model.num_layers} layers, structural count: rollout_step.eager_ops_per_layer"
-             + (f"; routed-expert layers as vLLM 0.8.5's fused-MoE path runs them ({model.moe.routing} top-k)"
+             + (f"; routed-expert layers as vLLM 0.8.5's fused-MoE path runs them ({model.moe.routing} routing)"
                 if model.moe is not None else "")
              + ("; MLA's decode path with its eager PyTorch ops (vLLM 0.8.5)" if model.mla is not None and not cuda_graphs
                 else ""))

@@ -42,16 +42,20 @@ def test_compiled_loop_is_used() -> None:
     moe=st.booleans(),
     staggered=st.booleans(),
     dispatch=st.sampled_from(["round_robin", "least_loaded", "round_robin_requests"]),
+    stop=st.one_of(st.none(), st.tuples(st.just("time_limit_s"), st.floats(0.01, 60.0)),
+                   st.tuples(st.just("stop_after_num_finished"), st.integers(1, 150))),
 )
 def test_compiled_equals_python_run_out(
     groups: list[tuple[int, list[int]]], replicas: int, tp_pp: tuple[int, int], max_num_seqs: int,
     budget: int, sharing: bool, kv: int | None, token_budget: int | None, moe: bool, staggered: bool,
-    dispatch: str,
+    dispatch: str, stop: tuple[str, float] | None,
 ) -> None:
     """Requests all at once (the run-out also applies the replicas' first events) or arriving
     over time (the run-out starts from replicas mid-flight: waves prefilling, stale heap
     entries, groups resident, preempted requests queued); groups kept on one replica or spread
-    over several; small caches that preempt."""
+    over several; small caches that preempt; no stop, a time limit or a finished count (the
+    compiled run-out to a stop: a dry run to the end gives the stop, then the runs that end by
+    it)."""
     req, cap = requests_of(groups, kv)
     if staggered:
         arrival = np.sort(np.random.default_rng(len(groups)).uniform(0, 5, req.num_requests))
@@ -61,7 +65,8 @@ def test_compiled_equals_python_run_out(
         max_num_batched_tokens=max(budget, max_num_seqs), prefix_sharing=sharing,
     )
     model = MOE if moe else QWEN7
-    opts = RolloutOptions(token_budget_per_request=token_budget, dispatch=dispatch)  # type: ignore[arg-type]
+    opts = RolloutOptions(token_budget_per_request=token_budget, dispatch=dispatch,  # type: ignore[arg-type]
+                          **({} if stop is None else {stop[0]: stop[1]}))
     assert_same(simulate_rollout(model, H100, layout, req, opts, cap), python_run_out(model, H100, layout, req, opts, cap))
 
 

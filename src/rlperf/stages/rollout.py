@@ -275,7 +275,7 @@ def _drive(
     went_to: list[int] = []
     if gate is not None:
         book.done_log = []
-    run_to_idle = (not opts.event_by_event and not debug and t_stop == math.inf and want is None and compiled())
+    run_out_compiled = not opts.event_by_event and not debug and compiled()
 
     def replan(r: Replica) -> None:
         r.events()
@@ -326,12 +326,16 @@ def _drive(
                 ptr = end
             if gate is not None:  # groups the gate submits now, after the ones queued at the start
                 touched = _submit(gate.pop_at(t_arr), choose, arrived, went_to, touched)
-            elif ptr == n and run_to_idle and all(r.plan is None for r in touched):
+            elif ptr == n and run_out_compiled and all(r.plan is None for r in touched):
                 # The last requests have arrived on idle replicas: the compiled run-out applies
                 # their events too (the same as replanning them here, then running out).
                 for r in touched:
                     r.t = max(r.t, t_arr)
-                run_out(replicas, debug, frozenset(r.index for r in touched))
+                fresh = frozenset(r.index for r in touched)
+                if t_stop == math.inf and want is None:
+                    run_out(replicas, debug, fresh)
+                else:
+                    t_stop = run_out_until(replicas, t_stop, want, debug, fresh)
                 break
             for r in touched:
                 if r.plan is None:

@@ -48,6 +48,7 @@ class Planned:
     runs: RunArrays
     finished: np.ndarray
     finished_run: np.ndarray
+    generated: np.ndarray  # every request's generated tokens after the runs
 
 
 def plan_to_idle(replicas: list[Replica], fresh: frozenset[int] = frozenset()) -> Planned:
@@ -56,58 +57,114 @@ def plan_to_idle(replicas: list[Replica], fresh: frozenset[int] = frozenset()) -
     counts and counters (times are left to :func:`time_runs`). The replicas whose index is in
     ``fresh`` first apply the events of their current step (:meth:`Replica.events`: requests
     were just queued on them)."""
-    bk: Book = replicas[0].book
-    step: StepModel = replicas[0].step
-    n_req = len(bk.prompt)
-    cols = np.array([bk.prompt, bk.response, bk.target, bk.generated, bk.status, bk.join_step, bk.private_kv,
-                     bk.order], np.int64).reshape(8, n_req)
-    _, group = np.unique(np.asarray(bk.group, np.int64), return_inverse=True)
-    group = np.ascontiguousarray(group.reshape(-1), np.int64)
-    state = np.array([[r.S, r.b, r.ctx_fixed, r.kv_fixed, r.wave_left, int(r.blocked), r.next_order, r.cap,
-                       r.max_seqs, r.budget, int(r.sharing), int(r.index in fresh)] for r in replicas],
-                     np.int64).reshape(len(replicas), 12)
-    wave_f = np.array([[r.wave_s_per_token, r.wave_flops_per_token] for r in replicas], np.float64).reshape(-1, 2)
+    return _Call(replicas, fresh).run(None, apply=True)
 
-    def flat(parts: Sequence[Iterable[int]], sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        values = np.fromiter(chain.from_iterable(parts), np.int64, sum(sizes))
-        return values, np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
 
-    waiting, waiting_at = flat([r.waiting for r in replicas], [len(r.waiting) for r in replicas])
-    wave, wave_at = flat([r.wave for r in replicas], [len(r.wave) for r in replicas])
-    stack, stack_at = flat([r.stack for r in replicas], [len(r.stack) for r in replicas])
-    heap, heap_at = flat([chain.from_iterable(r.heap) for r in replicas], [3 * len(r.heap) for r in replicas])
-    gmap = dict(zip(bk.group, group.tolist())) if any(r.group_resident for r in replicas) else {}
-    res, res_at = flat([[x for g, c in r.group_resident.items() for x in (gmap[g], c)] for r in replicas],
-                       [2 * len(r.group_resident) for r in replicas])
-    consts = np.array([step.prefill_linear_flops_per_token, step.lm_head_flops, step.attention_flops_per_pair,
-                       step.matmul_flops_per_s, step.attention_flops_per_s], np.float64)
-    ints, floats, fin, fin_run, counters = _plan_to_idle(
-        cols, group, state, wave_f, waiting, waiting_at, wave, wave_at, stack, stack_at, heap, heap_at, res, res_at,
-        consts, int(group.max(initial=0)) + 1)
-    bk.generated = cols[3].tolist()
-    bk.status = cols[4].tolist()
-    bk.join_step = cols[5].tolist()
-    bk.private_kv = cols[6].tolist()
-    bk.order = cols[7].tolist()
-    bk.num_finished += int(np.sum(cols[3][fin] == cols[1][fin]))
-    for k, r in enumerate(replicas):
-        r.book = bk
-        S, decoded, prefilled, steps, preempted = counters[k].tolist()
-        r.S, r.b, r.ctx_fixed, r.kv_fixed, r.wave_left = S, 0, 0, 0, 0
-        r.blocked, r.next_order = False, int(state[k, 6])
-        r.waiting.clear()
-        r.heap.clear()
-        r.stack.clear()
-        r.wave = []
-        r.group_resident.clear()
-        r.plan = None
-        st = r.stats
-        st.decode_tokens += decoded
-        st.prefill_tokens += prefilled
-        st.num_steps += steps
-        st.preemptions += preempted
-    runs = RunArrays(ints[:, 0], ints[:, 1], ints[:, 2], ints[:, 3], ints[:, 4], ints[:, 5], floats[:, 0], floats[:, 1])
-    return Planned(runs, fin, fin_run)
+def plan_runs(replicas: list[Replica], fresh: frozenset[int], max_runs: np.ndarray | None, apply: bool) -> Planned:
+    """:func:`plan_to_idle`, replica ``k`` stopping after ``max_runs[k]`` runs (None: none
+    stops early), its state left as :meth:`Replica.plan_out` leaves it. ``apply`` False: the
+    book and the replicas are left untouched (a dry run: only the runs and the finishes, with
+    ``Planned.generated``)."""
+    return _Call(replicas, fresh).run(max_runs, apply)
+
+
+class _Call:
+    """One call's replicas and book as the compiled loop's arrays."""
+
+    def __init__(self, replicas: list[Replica], fresh: frozenset[int]) -> None:
+        self.replicas = replicas
+        bk: Book = replicas[0].book
+        step: StepModel = replicas[0].step
+        self.book = bk
+        n_req = len(bk.prompt)
+        self.cols = np.array([bk.prompt, bk.response, bk.target, bk.generated, bk.status, bk.join_step,
+                              bk.private_kv, bk.order], np.int64).reshape(8, n_req)
+        self.group_ids, group = np.unique(np.asarray(bk.group, np.int64), return_inverse=True)
+        self.group = np.ascontiguousarray(group.reshape(-1), np.int64)
+        self.state = np.array([[r.S, r.b, r.ctx_fixed, r.kv_fixed, r.wave_left, int(r.blocked), r.next_order, r.cap,
+                                r.max_seqs, r.budget, int(r.sharing), int(r.index in fresh)] for r in replicas],
+                              np.int64).reshape(len(replicas), 12)
+        self.wave_f = np.array([[r.wave_s_per_token, r.wave_flops_per_token] for r in replicas],
+                               np.float64).reshape(-1, 2)
+
+        def flat(parts: Sequence[Iterable[int]], sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+            values = np.fromiter(chain.from_iterable(parts), np.int64, sum(sizes))
+            return values, np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
+
+        gmap = dict(zip(bk.group, self.group.tolist())) if any(r.group_resident for r in replicas) else {}
+        self.containers = (
+            *flat([r.waiting for r in replicas], [len(r.waiting) for r in replicas]),
+            *flat([r.wave for r in replicas], [len(r.wave) for r in replicas]),
+            *flat([r.stack for r in replicas], [len(r.stack) for r in replicas]),
+            *flat([chain.from_iterable(r.heap) for r in replicas], [3 * len(r.heap) for r in replicas]),
+            *flat([[x for g, c in r.group_resident.items() for x in (gmap[g], c)] for r in replicas],
+                  [2 * len(r.group_resident) for r in replicas]),
+        )
+        self.consts = np.array([step.prefill_linear_flops_per_token, step.lm_head_flops, step.attention_flops_per_pair,
+                                step.matmul_flops_per_s, step.attention_flops_per_s], np.float64)
+
+    def run(self, max_runs: np.ndarray | None, apply: bool) -> Planned:
+        n_rep = len(self.replicas)
+        limit = np.full(n_rep, 1 << 62, np.int64) if max_runs is None else np.ascontiguousarray(max_runs, np.int64)
+        early = max_runs is not None
+        cols, state, wave_f = (self.cols, self.state, self.wave_f) if apply else (
+            self.cols.copy(), self.state.copy(), self.wave_f.copy())
+        ints, floats, fin, fin_run, counters, kept, kept_at = _plan_to_idle(
+            cols, self.group, state, wave_f, *self.containers, self.consts, int(self.group.max(initial=0)) + 1,
+            limit, early and apply, np.zeros(16, np.int64), np.zeros(n_rep, np.int64))
+        runs = RunArrays(ints[:, 0], ints[:, 1], ints[:, 2], ints[:, 3], ints[:, 4], ints[:, 5], floats[:, 0],
+                         floats[:, 1])
+        planned = Planned(runs, fin, fin_run, cols[3])
+        if apply:
+            self._apply(planned, counters, kept if early else None, kept_at)
+        return planned
+
+    def _apply(self, planned: Planned, counters: np.ndarray, kept: np.ndarray | None, kept_at: np.ndarray) -> None:
+        bk, cols, fin = self.book, self.cols, planned.finished
+        bk.generated = cols[3].tolist()
+        bk.status = cols[4].tolist()
+        bk.join_step = cols[5].tolist()
+        bk.private_kv = cols[6].tolist()
+        bk.order = cols[7].tolist()
+        bk.num_finished += int(np.sum(cols[3][fin] == cols[1][fin]))
+        values = kept.tolist() if kept is not None else []
+        for k, r in enumerate(self.replicas):
+            S, decoded, prefilled, steps, preempted = counters[k].tolist()
+            r.S, r.b, r.ctx_fixed, r.kv_fixed, r.wave_left, blocked, r.next_order = self.state[k, :7].tolist()
+            r.blocked = blocked != 0
+            r.wave_s_per_token, r.wave_flops_per_token = self.wave_f[k].tolist()
+            r.waiting.clear()
+            r.heap.clear()
+            r.stack.clear()
+            r.wave = []
+            r.group_resident.clear()
+            r.plan = None
+            if kept is not None:  # the replica's queue, wave, stack, heap and resident groups, as the kernel left them
+                at = int(kept_at[k])
+                n = values[at]
+                r.waiting.extend(values[at + 1 : at + 1 + n])
+                at += 1 + n
+                n = values[at]
+                r.wave = values[at + 1 : at + 1 + n]
+                at += 1 + n
+                n = values[at]
+                r.stack.extend(values[at + 1 : at + 1 + n])
+                at += 1 + n
+                n = values[at]
+                flat_heap = values[at + 1 : at + 1 + 3 * n]
+                r.heap.extend(zip(flat_heap[0::3], flat_heap[1::3], flat_heap[2::3]))
+                at += 1 + 3 * n
+                n = values[at]
+                pairs = values[at + 1 : at + 1 + 2 * n]
+                ids = self.group_ids[pairs[0::2]].tolist() if n else []
+                r.group_resident.update(zip(ids, pairs[1::2]))
+            else:
+                r.S, r.b, r.ctx_fixed, r.kv_fixed, r.wave_left, r.blocked = S, 0, 0, 0, 0, False
+            st = r.stats
+            st.decode_tokens += decoded
+            st.prefill_tokens += prefilled
+            st.num_steps += steps
+            st.preemptions += preempted
 
 
 @jit
@@ -129,11 +186,16 @@ def _plan_to_idle(
     cols: np.ndarray, group: np.ndarray, state: np.ndarray, wave_f: np.ndarray, waiting0: np.ndarray,
     waiting_at: np.ndarray, wave0: np.ndarray, wave_at: np.ndarray, stack0: np.ndarray, stack_at: np.ndarray,
     heap0: np.ndarray, heap_at: np.ndarray, res0: np.ndarray, res_at: np.ndarray, consts: np.ndarray, n_groups: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    max_runs: np.ndarray, keep: bool, kept: np.ndarray, kept_at: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The loop of :meth:`Replica.plan_out` (``may_drain`` False, no stop) for every replica,
     one after another, with :meth:`Replica.events`, ``_join_wave``, ``_leave``, ``_finish``,
     ``_preempt``, ``_release_group``, ``_admit`` and ``_plan_steps`` written inline on arrays.
-    Compiled by numba; plain Python (slow) without it."""
+    Replica ``k`` stops after ``max_runs[k]`` runs (their events applied). With ``keep``, each
+    replica's state is left in ``state`` / ``wave_f`` and its queue, wave, stack, heap and
+    resident groups appended to ``kept`` (five sections per replica, each a length then its
+    entries; ``kept_at[k]``: where replica ``k``'s start). Compiled by numba; plain
+    Python (slow) without it."""
     prompt, target, generated, status, join_step, private_kv, order_of = (
         cols[0], cols[2], cols[3], cols[4], cols[5], cols[6], cols[7])
     lin_per_token, lm_head, attn_per_pair, matmul_rate, attn_rate = consts[0], consts[1], consts[2], consts[3], consts[4]
@@ -153,6 +215,7 @@ def _plan_to_idle(
     counters = np.zeros((n_rep, 5), np.int64)
     n_runs = 0
     n_fin = 0
+    n_kept = 0
     for k in range(n_rep):
         S, b, ctx_fixed, kv_fixed, wave_left = state[k, 0], state[k, 1], state[k, 2], state[k, 3], state[k, 4]
         blocked, next_order, cap, max_seqs, budget = state[k, 5] != 0, state[k, 6], state[k, 7], state[k, 8], state[k, 9]
@@ -189,10 +252,11 @@ def _plan_to_idle(
         steps = 0
         preempted = 0
         planning = state[k, 11] == 0  # 1: apply the events at the current step first
+        runs_k = 0
         while True:
             if planning:
                 # ---- _plan_steps
-                if not (b > 0 or n_wave > 0):
+                if runs_k >= max_runs[k] or not (b > 0 or n_wave > 0):
                     break
                 n = 1 << 62
                 if b > 0:
@@ -320,14 +384,54 @@ def _plan_to_idle(
                     wave_flops = (lin + pairs * attn_per_pair) / tokens
             if planning:
                 n_runs += 1
+                runs_k += 1
             planning = True
         state[k, 6] = next_order
+        if keep:
+            state[k, 0], state[k, 1], state[k, 2], state[k, 3], state[k, 4] = S, b, ctx_fixed, kv_fixed, wave_left
+            state[k, 5] = 1 if blocked else 0
+            wave_f[k, 0], wave_f[k, 1] = wave_s, wave_flops
+            need = n_kept + 5 + n_wait + n_wave + n_stack + 3 * n_heap + 2 * n_groups
+            while kept.shape[0] < need:
+                kept = _grow(kept)
+            kept_at[k] = n_kept
+            kept[n_kept] = n_wait
+            n_kept += 1
+            for x in range(n_wait):
+                kept[n_kept] = ring[(head + x) % size_ring]
+                n_kept += 1
+            kept[n_kept] = n_wave
+            n_kept += 1
+            for x in range(n_wave):
+                kept[n_kept] = wave[x]
+                n_kept += 1
+            kept[n_kept] = n_stack
+            n_kept += 1
+            for x in range(n_stack):
+                kept[n_kept] = stack[x]
+                n_kept += 1
+            kept[n_kept] = n_heap
+            n_kept += 1
+            for x in range(n_heap):
+                kept[n_kept], kept[n_kept + 1], kept[n_kept + 2] = hs[x], ho[x], hr[x]
+                n_kept += 3
+            at = n_kept
+            kept[n_kept] = 0
+            n_kept += 1
+            for g in range(n_groups):
+                if resident[g] != 0:
+                    kept[n_kept], kept[n_kept + 1] = g, resident[g]
+                    n_kept += 2
+                    kept[at] += 1
+                    resident[g] = 0  # the next replica starts from its own groups
+        elif b > 0 or n_wave > 0:  # stopped early: the next replica starts from its own groups
+            resident[:] = 0
         counters[k, 0] = S
         counters[k, 1] = decoded
         counters[k, 2] = prefilled
         counters[k, 3] = steps
         counters[k, 4] = preempted
-    return ints[:n_runs], floats[:n_runs], fin[:n_fin], fin_run[:n_fin], counters
+    return ints[:n_runs], floats[:n_runs], fin[:n_fin], fin_run[:n_fin], counters, kept[:n_kept], kept_at
 
 
 @jit

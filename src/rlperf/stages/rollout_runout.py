@@ -101,7 +101,8 @@ COMPILED = True
 STOP_BATCH_RUNS = 1024
 
 
-def run_out_until(replicas: list[Replica], t_stop: float, want: int | None, debug: bool = False) -> float:
+def run_out_until(replicas: list[Replica], t_stop: float, want: int | None, debug: bool = False,
+                  fresh: frozenset[int] = frozenset()) -> float:
     """Run the replicas (every request arrived) up to a stop: ``t_stop``, or the time the
     ``want``-th request has finished its whole response, whichever comes first; return it (or
     ``t_stop`` if the replicas go idle first). The replicas are left as the event-by-event
@@ -114,7 +115,11 @@ def run_out_until(replicas: list[Replica], t_stop: float, want: int | None, debu
     there. It lies after the start of every replica's last batch (the batch started at the
     earliest end of its round, and fewer than ``want`` requests had finished by then), so
     the replicas that went past it are set back to their last batch's start and plan again
-    the runs that end by it."""
+    the runs that end by it. With :func:`compiled` (``fresh`` as in :func:`run_out`),
+    :func:`_run_out_until_compiled` gives the same result."""
+    if not debug and compiled():
+        return _run_out_until_compiled(replicas, t_stop, want, fresh)
+    assert not fresh
     book = replicas[0].book
     need = None if want is None or book.num_finished >= want else want - book.num_finished
     full_s: list[float] = []  # finish times of the requests planned to finish whole
@@ -339,19 +344,16 @@ def time_planned(replicas: list[Replica], planned: Planned) -> None:
         finish_s[i] = v
 
 
-def _time(replicas: list[Replica], runs: RunArrays) -> np.ndarray:
+def _time(replicas: list[Replica], runs: RunArrays, apply: bool = True) -> np.ndarray:
     """Time ``runs`` (sorted by replica, each replica's in run order; the replicas all share
-    one step model), give each replica the figures :meth:`Replica.commit` would have added up
-    run after run, and return each run's end time."""
+    one step model) and return each run's end time; ``apply``: give each replica with runs
+    the figures :meth:`Replica.commit` would have added up run after run."""
     step = replicas[0].step
     assert all(r.step is step for r in replicas)
     rep, b, ctx, n, chunk, n_wave, wave_flops = (
         runs.replica, runs.num_decode, runs.context, runs.num_steps, runs.chunk, runs.num_wave, runs.wave_flops_per_token)
     plan = step.runs(b, ctx, chunk / n, runs.wave_s_per_token, n_wave)
     dt = plan.time_s(n)
-    flops, num_bytes = run_totals(step, b, ctx, n, chunk, b + -(-chunk // n), b + n_wave, wave_flops)
-    roofline = dt - n * plan.fixed
-    occupied, prefill = (b + n_wave).tolist(), (n_wave > 0).tolist()
     bounds = np.searchsorted(rep, np.arange(len(replicas) + 1))
     counts = np.diff(bounds)
     row, col = rep, np.arange(len(n)) - np.repeat(bounds[:-1], counts) + 1  # run k of its replica: column k + 1
@@ -366,16 +368,55 @@ def _time(replicas: list[Replica], runs: RunArrays) -> np.ndarray:
         m[row, col] = values
         return np.cumsum(m, axis=1)
 
+    clock = running([r.t for r in replicas], dt)
+    end_s: np.ndarray = clock[row, col]
+    if not apply:
+        return end_s
+    flops, num_bytes = run_totals(step, b, ctx, n, chunk, b + -(-chunk // n), b + n_wave, wave_flops)
+    roofline = dt - n * plan.fixed
+    occupied, prefill = (b + n_wave).tolist(), (n_wave > 0).tolist()
     sts = [r.stats for r in replicas]
     totals = {k: running([getattr(st, k) for st in sts], np.asarray(v))[rows, counts].tolist()
               for k, v in (("flops", flops), ("bytes_per_gpu", num_bytes), ("roofline_s", roofline), ("busy_s", dt))}
-    clock = running([r.t for r in replicas], dt)
-    end_s: np.ndarray = clock[row, col]
     start_list, end_list, ends_at = clock[row, col - 1].tolist(), end_s.tolist(), clock[rows, counts].tolist()
     for k, (r, lo, hi) in enumerate(zip(replicas, bounds[:-1].tolist(), bounds[1:].tolist())):
+        if lo == hi:  # no run: nothing committed
+            continue
         st = sts[k]
         st.flops, st.bytes_per_gpu = totals["flops"][k], totals["bytes_per_gpu"][k]
         st.roofline_s, st.busy_s = totals["roofline_s"][k], totals["busy_s"][k]
         st.segments.extend(start_list[lo:hi], end_list[lo:hi], occupied[lo:hi], prefill[lo:hi])
         r.t = st.last_end_s = ends_at[k]
     return end_s
+
+
+def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | None, fresh: frozenset[int]) -> float:
+    """:func:`run_out_until` with the compiled loop: every replica planned to idle once on
+    copies (a dry run) and timed, which gives the stop; then each planned again from its
+    state up to the runs that end by the stop (the same runs: the loop is deterministic),
+    timed, and its run in progress planned."""
+    from rlperf.stages.rollout_kernel import plan_runs
+
+    book = replicas[0].book
+    need = None if want is None or book.num_finished >= want else want - book.num_finished
+    active = [r for r in replicas if r.busy or r.index in fresh]
+    if not active:
+        return t_stop
+    dry = plan_runs(active, fresh, None, apply=False)
+    end_s = _time(active, dry.runs, apply=False)
+    stop = t_stop
+    if need is not None:
+        whole = dry.generated[dry.finished] == np.asarray(book.response, np.int64)[dry.finished]
+        full_s = end_s[dry.finished_run[whole]]
+        if full_s.size >= need:
+            stop = min(stop, float(np.partition(full_s, need - 1)[need - 1]))
+    if stop == math.inf:  # every replica goes idle first
+        time_planned(active, plan_runs(active, fresh, None, apply=True))
+        return t_stop
+    rep = dry.runs.replica
+    done = np.bincount(rep[end_s <= stop], minlength=len(active))
+    time_planned(active, plan_runs(active, fresh, done, apply=True))
+    for r in replicas:
+        if r.busy:
+            r.plan_next()
+    return stop

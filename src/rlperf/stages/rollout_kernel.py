@@ -57,19 +57,11 @@ def plan_to_idle(replicas: list[Replica], fresh: frozenset[int] = frozenset()) -
     counts and counters (times are left to :func:`time_runs`). The replicas whose index is in
     ``fresh`` first apply the events of their current step (:meth:`Replica.events`: requests
     were just queued on them)."""
-    return _Call(replicas, fresh).run(None, apply=True)
+    return CallPlanner(replicas, fresh).run(None, apply=True)
 
 
-def plan_runs(replicas: list[Replica], fresh: frozenset[int], max_runs: np.ndarray | None, apply: bool) -> Planned:
-    """:func:`plan_to_idle`, replica ``k`` stopping after ``max_runs[k]`` runs (None: none
-    stops early), its state left as :meth:`Replica.plan_out` leaves it. ``apply`` False: the
-    book and the replicas are left untouched (a dry run: only the runs and the finishes, with
-    ``Planned.generated``)."""
-    return _Call(replicas, fresh).run(max_runs, apply)
-
-
-class _Call:
-    """One call's replicas and book as the compiled loop's arrays."""
+class CallPlanner:
+    """One call's replicas and book as the compiled loop's arrays, planned by :meth:`run`."""
 
     def __init__(self, replicas: list[Replica], fresh: frozenset[int]) -> None:
         self.replicas = replicas
@@ -104,6 +96,10 @@ class _Call:
                                 step.matmul_flops_per_s, step.attention_flops_per_s], np.float64)
 
     def run(self, max_runs: np.ndarray | None, apply: bool) -> Planned:
+        """Plan every replica until idle, replica ``k`` stopping after ``max_runs[k]`` runs
+        (None: none stops early), its state left as :meth:`Replica.plan_out` leaves it.
+        ``apply`` False: the book and the replicas are left untouched (a dry run: only the
+        runs and the finishes, with ``Planned.generated``), and the planner can run again."""
         n_rep = len(self.replicas)
         limit = np.full(n_rep, 1 << 62, np.int64) if max_runs is None else np.ascontiguousarray(max_runs, np.int64)
         early = max_runs is not None

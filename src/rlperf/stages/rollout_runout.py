@@ -395,14 +395,15 @@ def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | 
     copies (a dry run) and timed, which gives the stop; then each planned again from its
     state up to the runs that end by the stop (the same runs: the loop is deterministic),
     timed, and its run in progress planned."""
-    from rlperf.stages.rollout_kernel import plan_runs
+    from rlperf.stages.rollout_kernel import CallPlanner
 
     book = replicas[0].book
     need = None if want is None or book.num_finished >= want else want - book.num_finished
     active = [r for r in replicas if r.busy or r.index in fresh]
     if not active:
         return t_stop
-    dry = plan_runs(active, fresh, None, apply=False)
+    planner = CallPlanner(active, fresh)
+    dry = planner.run(None, apply=False)
     end_s = _time(active, dry.runs, apply=False)
     stop = t_stop
     if need is not None:
@@ -411,11 +412,11 @@ def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | 
         if full_s.size >= need:
             stop = min(stop, float(np.partition(full_s, need - 1)[need - 1]))
     if stop == math.inf:  # every replica goes idle first
-        time_planned(active, plan_runs(active, fresh, None, apply=True))
+        time_planned(active, planner.run(None, apply=True))
         return t_stop
     rep = dry.runs.replica
     done = np.bincount(rep[end_s <= stop], minlength=len(active))
-    time_planned(active, plan_runs(active, fresh, done, apply=True))
+    time_planned(active, planner.run(done, apply=True))
     for r in replicas:
         if r.busy:
             r.plan_next()

@@ -372,13 +372,15 @@ def solo_times_s(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(prefill, decode) time of each request alone on a replica at batch 1: prefill of
     ``context_tokens`` in chunks of ``budget``, then ``decode_steps`` steps from there."""
-    pre = np.empty(len(context_tokens))
-    dec = np.empty(len(context_tokens))
-    for k, (p, r) in enumerate(zip(context_tokens.tolist(), decode_steps.tolist())):
-        n_chunks = -(-p // budget)
-        q = step.prefill_s_per_token(p, 0.5 * p * (p + 1), 1)
-        pre[k] = step.run(0, 0, p / n_chunks, q, 1).time_s(n_chunks)  # a wave of one sequence
-        dec[k] = step.run(1, p + 1, 0, 0.0).time_s(r)
+    # All requests at once: the array forms of prefill_s_per_token, run and Run.time_s do the
+    # same operations elementwise (the run-out's timing relies on it too).
+    p = np.asarray(context_tokens, np.int64)
+    r = np.asarray(decode_steps, np.int64)
+    n_chunks = -(-p // budget)
+    q = step.prefill_s_per_token(p, 0.5 * p * (p + 1), np.ones_like(p))
+    zero, one = np.zeros_like(p), np.ones_like(p)
+    pre = step.runs(zero, zero, p / n_chunks, q, one).time_s(n_chunks)  # a wave of one sequence
+    dec = step.runs(one, p + 1, np.zeros(p.shape), np.zeros(p.shape), zero).time_s(r)
     return pre, dec
 
 

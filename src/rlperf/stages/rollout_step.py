@@ -521,7 +521,13 @@ class StepModel:
             return clipped
         return max(1, min(self.pp, num_seqs))
 
-    def prefill_s_per_token(self, num_tokens: int, num_pairs: float, num_seqs: int) -> float:
+    @overload
+    def prefill_s_per_token(self, num_tokens: int, num_pairs: float, num_seqs: int) -> float: ...
+
+    @overload
+    def prefill_s_per_token(self, num_tokens: np.ndarray, num_pairs: np.ndarray, num_seqs: np.ndarray) -> np.ndarray: ...
+
+    def prefill_s_per_token(self, num_tokens: Count, num_pairs: Coef, num_seqs: Count) -> Coef:
         """Average compute time per prefill token of a set of prompts: ``num_tokens`` tokens,
         ``num_pairs`` causal (query, key) pairs, logits for ``num_seqs`` last positions."""
         lin = num_tokens * self.prefill_linear_flops_per_token + num_seqs * self.lm_head_flops

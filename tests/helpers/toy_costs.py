@@ -28,7 +28,8 @@ class ToyCosts:
     switch_s: float = 0.25
 
     def rollout(self, batch: RolloutBatch, gpus: int, token_budget: int | None,
-                stop_after_finished: int | None = None, groups: GroupAdmission | None = None) -> RolloutOutcome:
+                stop_after_finished: int | None = None, groups: GroupAdmission | None = None,
+                kv_cached: np.ndarray | None = None) -> RolloutOutcome:
         replicas = max(1, gpus // self.gpus_per_replica)
         todo = batch.target_tokens - batch.generated_tokens
         if token_budget is not None:

@@ -158,6 +158,14 @@ class Mode:
         """Unfinished requests continue in the next rollout call (their KV is re-prefilled)."""
         return self.token_budget is not None
 
+    @property
+    def keeps_kv_between_syncs(self) -> bool:
+        """A carried request whose next call starts with the weights it stopped with continues
+        decoding with its KV cache instead of being re-prefilled (only the weight sync
+        interrupts it). False: every call re-submits its carried requests (a partial rollout
+        returns them to the trainer's buffer between calls)."""
+        return False
+
     def staleness_bound(self, max_response_tokens: int) -> int | None:
         """Largest policy lag any trained response can have (partial rollouts add the calls a
         response of the cap needs; None: no bound, resumed requests may span any number)."""
@@ -362,6 +370,17 @@ class Streaming(Mode):
       ``sleep()/resume()`` re-submits prompt + partial response). The first call admits
       ``⌊τ·B⌉`` prompts more, so the engine's batch stays full and there is no rollout tail.
 
+    Only a weight sync interrupts the engine: verl's ``ParameterSynchronizer.sync_weights``
+    calls the rollouter's ``pause()`` (``cancel()`` of the requests in flight when
+    ``partial_rollout``, then ``clear_kv_cache()``) before the transfer and ``resume()`` after
+    it (``verl/experimental/fully_async_policy/param_sync.py`` and
+    ``fully_async_rollouter.py`` at b178a3cd); the trainer taking a batch from the queue does
+    not reach the engine. So where the next call starts with the weights the previous one
+    stopped with (a main call's end, where the batch is complete, and the next ahead call),
+    the requests in flight keep their KV and go on decoding without a prefill
+    (:attr:`keeps_kv_between_syncs`, ``RolloutRequests.kv_cached``); only the call after a
+    sync re-prefills them.
+
     The trainer runs ``k`` local updates of ``B·G/k`` responses each, in finishing order;
     update part ``c`` starts once ``⌈(c+1)·B·G/k⌉`` responses of the batch have finished and
     part ``c - 1`` is done (verl's trainer fetches ``require_batches × ppo_mini_batch_size``
@@ -398,6 +417,12 @@ class Streaming(Mode):
 
     @property
     def carries_unfinished(self) -> bool:
+        return True
+
+    @property
+    def keeps_kv_between_syncs(self) -> bool:
+        # verl interrupts only at a weight sync (see the class docstring): the main call's end,
+        # where the trainer takes the batch, does not touch the engine.
         return True
 
     @property

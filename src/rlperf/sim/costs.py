@@ -95,7 +95,8 @@ class AnalyticCosts:
 
     # ------------------------------------------------------------------ stages
     def rollout(self, batch: RolloutBatch, gpus: int, token_budget: int | None,
-                stop_after_finished: int | None = None, groups: GroupAdmission | None = None) -> RolloutOutcome:
+                stop_after_finished: int | None = None, groups: GroupAdmission | None = None,
+                kv_cached: np.ndarray | None = None) -> RolloutOutcome:
         from rlperf.stages.rollout import RolloutOptions, RolloutRequests, simulate_rollout
 
         engine = self._engine(gpus)
@@ -112,10 +113,11 @@ class AnalyticCosts:
             if groups.stop_after_groups is not None and groups.stop_after_groups < num_groups:
                 stop_groups = groups.stop_after_groups
         key = _rollout_key(model.model_dump_json(), _cluster_key(cluster, SYNC_ONLY_FIELDS), engine.model_dump_json(),
-                          batch, token_budget, stop, in_flight, stop_groups, dispatch)
+                          batch, token_budget, stop, in_flight, stop_groups, dispatch, kv_cached)
         r = _ROLLOUTS.get(key)
         if r is None:
-            reqs = RolloutRequests.build(batch.prompt_tokens, batch.target_tokens, batch.group_ids, batch.generated_tokens)
+            reqs = RolloutRequests.build(batch.prompt_tokens, batch.target_tokens, batch.group_ids, batch.generated_tokens,
+                                         kv_cached=kv_cached)
             opts = RolloutOptions(token_budget_per_request=token_budget, stop_after_num_finished=stop,
                                   max_groups_in_flight=in_flight, stop_after_num_groups=stop_groups,
                                   dispatch=dispatch)
@@ -253,12 +255,16 @@ def _memo_stage(key: tuple[object, ...], fn: Callable[[], StageCost]) -> StageCo
 
 def _rollout_key(model: str, cluster: str, engine: str, batch: RolloutBatch,
                  token_budget: int | None, stop: int | None, in_flight: int | None = None,
-                 stop_groups: int | None = None, dispatch: Dispatch = "round_robin") -> _RolloutKey:
+                 stop_groups: int | None = None, dispatch: Dispatch = "round_robin",
+                 kv_cached: np.ndarray | None = None) -> _RolloutKey:
     h = hashlib.blake2b(digest_size=16)
     for a in (batch.prompt_tokens, batch.target_tokens, batch.generated_tokens, batch.group_ids):
         arr = np.ascontiguousarray(a, dtype=np.int64)
         h.update(arr.size.to_bytes(8, "little"))
         h.update(arr.tobytes())
+    if kv_cached is not None and kv_cached.any():  # none cached hashes as before
+        h.update(b"kv")
+        h.update(np.packbits(np.asarray(kv_cached, bool)).tobytes())
     return model, cluster, engine, h.digest(), token_budget, stop, in_flight, stop_groups, dispatch
 
 

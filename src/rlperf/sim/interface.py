@@ -84,10 +84,13 @@ class StageCosts(Protocol):
     """Cost models for one resolved scenario. ``gpus`` is the number of GPUs granted."""
 
     def rollout(self, batch: RolloutBatch, gpus: int, token_budget: int | None,
-                stop_after_finished: int | None = None, groups: GroupAdmission | None = None) -> RolloutOutcome:
+                stop_after_finished: int | None = None, groups: GroupAdmission | None = None,
+                kv_cached: np.ndarray | None = None) -> RolloutOutcome:
         """One rollout call; ``stop_after_finished``: stop once that many requests finished
         (the rest are returned unfinished with the tokens generated so far); ``groups``: whole
-        groups admitted a few at a time, and the call's stop counted in groups."""
+        groups admitted a few at a time, and the call's stop counted in groups; ``kv_cached``
+        (bool per request, None: none): carried requests that go on decoding with their KV
+        instead of being re-prefilled (no weight update since the previous call)."""
         ...
 
     def forward(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str) -> StageCost: ...

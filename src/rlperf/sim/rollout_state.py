@@ -40,11 +40,22 @@ class Delivered:
         return len(self.seq_tokens)
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """The requests of one rollout call (carried first, then fresh), the policy version each
+    started with, and which carried ones go on decoding with their KV (None: none)."""
+
+    batch: RolloutBatch
+    versions: np.ndarray
+    kv_cached: np.ndarray | None = None
+
+
 @dataclass
 class RolloutState:
     version_synced: int = 0  # newest policy version on the rollout engine
     carry: RolloutBatch | None = None  # unfinished responses (partial rollout)
     carry_version: np.ndarray = field(default_factory=lambda: _EMPTY)
+    carry_weights: int = 0  # the engine's weights when the carried requests stopped
     held: RolloutBatch | None = None  # finished responses waiting for their group (whole groups)
     held_version: np.ndarray = field(default_factory=lambda: _EMPTY)
 
@@ -52,22 +63,28 @@ class RolloutState:
         """A weight sync of ``version`` completed (syncs may finish out of order)."""
         self.version_synced = max(self.version_synced, version)
 
-    def admit(self, fresh: RolloutBatch, carry_over: bool) -> tuple[RolloutBatch, np.ndarray]:
+    def admit(self, fresh: RolloutBatch, carry_over: bool, keeps_kv: bool = False) -> Admitted:
         """The batch of one rollout call: carried requests first (group ids shifted past the
-        fresh ones), then the fresh requests, which start with the newest synced weights.
-        Returns the batch and the policy version each request started with."""
+        fresh ones), then the fresh requests, which start with the newest synced weights, and
+        the policy version each request started with. ``keeps_kv`` (the engine is interrupted
+        only by a weight update, rlperf.modes.Mode.keeps_kv_between_syncs): when no update came
+        since the carried requests stopped, the ones that had started keep their KV."""
         versions = np.full(fresh.num_requests, self.version_synced, np.int64)
         c = self.carry
         if not carry_over or c is None or not c.num_requests:
-            return fresh, versions
+            return Admitted(fresh, versions)
         offset = int(fresh.group_ids.max(initial=-1)) + 1
         if self.held is not None:  # held responses follow their groups' new ids
             self.held = replace(self.held, group_ids=self.held.group_ids + offset)
         batch = RolloutBatch.concat([replace(c, group_ids=c.group_ids + offset), fresh])
         # A carried request that never started (queued behind the engine's batch) holds no
         # weights yet: it starts with the newest ones, like a fresh request.
-        carried = np.where(c.generated_tokens > 0, self.carry_version, self.version_synced)
-        return batch, np.concatenate([carried, versions])
+        started = c.generated_tokens > 0
+        carried = np.where(started, self.carry_version, self.version_synced)
+        cached = None
+        if keeps_kv and self.carry_weights == self.version_synced and started.any():
+            cached = np.concatenate([started, np.zeros(fresh.num_requests, bool)])
+        return Admitted(batch, np.concatenate([carried, versions]), cached)
 
     def settle(self, batch: RolloutBatch, out: RolloutOutcome, versions: np.ndarray, carry_over: bool,
                whole_groups: bool = False) -> Delivered:
@@ -79,6 +96,7 @@ class RolloutState:
             keep = ~finished
             self.carry = ran.take(keep)
             self.carry_version = versions[keep]
+            self.carry_weights = self.version_synced
         else:
             assert finished.all(), "rollout without a budget must finish every request"
         seq = batch.prompt_tokens + batch.target_tokens

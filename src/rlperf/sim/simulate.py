@@ -265,7 +265,9 @@ class Simulator:
             if phase == "main":  # nothing new: the batch's requests were admitted by the ahead call
                 fresh = fresh.take(slice(0, 0))
             carry_over = self.mode.carries_unfinished and not greedy
-            batch, versions = engine.admit(fresh, carry_over)
+            # An engine that sleeps while training (colocated) drops its KV between calls.
+            admitted = engine.admit(fresh, carry_over, self.mode.keeps_kv_between_syncs and not self.colocated_switch)
+            batch, versions = admitted.batch, admitted.versions
             stop = self._stop_after(it, phase) if carry_over else None
             if batch.num_requests == 0 or (stop is not None and stop <= 0):
                 # The ahead call already finished the batch (or nothing is in flight).
@@ -275,9 +277,9 @@ class Simulator:
             if carry_over and self.groups is not None:
                 # The stop in whole groups: the responses still wanted, ⌈k / G⌉ groups.
                 groups = replace(self.groups, stop_after_groups=None if stop is None else -(-stop // self.cfg.group_size))
-                out: RolloutOutcome = self.costs.rollout(batch, gpus, budget, None, groups)
+                out: RolloutOutcome = self.costs.rollout(batch, gpus, budget, None, groups, admitted.kv_cached)
             elif carry_over:
-                out = self.costs.rollout(batch, gpus, budget, stop)
+                out = self.costs.rollout(batch, gpus, budget, stop, kv_cached=admitted.kv_cached)
             else:
                 out = self.costs.rollout(batch, gpus, None)
             assert out.generated_tokens.shape == batch.target_tokens.shape

@@ -241,6 +241,16 @@ def _submit(ids: list[int], choose: Callable[[int], Replica], arrived: list[int]
     return list(seen.values())
 
 
+def _resume_cached(replicas: list[Replica], cached: list[bool]) -> None:
+    """The requests at the head of each replica's queue whose KV is still cached join its
+    decoding batch without a prefill (:meth:`Replica.resume`), as long as they fit; the rest
+    wait and are re-prefilled. Before the replicas are planned, so the Python and the compiled
+    run-out start from the same state."""
+    for r in replicas:
+        while r.plan is None and r.waiting and cached[r.waiting[0]] and r.resume(r.waiting[0]):
+            pass
+
+
 def _drive(
     replicas: list[Replica],
     book: Book,
@@ -275,6 +285,8 @@ def _drive(
     went_to: list[int] = []
     if gate is not None:
         book.done_log = []
+    # Requests whose KV is still cached (they arrive at 0 s, first in the batch) go on decoding.
+    cached = requests.kv_cached.tolist() if requests.kv_cached.any() else None
     run_out_compiled = not opts.event_by_event and not debug and compiled()
 
     def replan(r: Replica) -> None:
@@ -324,6 +336,8 @@ def _drive(
             else:
                 touched = _submit(order[ptr:end], choose, arrived, went_to, [])
                 ptr = end
+            if cached is not None:
+                _resume_cached(touched, cached)
             if gate is not None:  # groups the gate submits now, after the ones queued at the start
                 touched = _submit(gate.pop_at(t_arr), choose, arrived, went_to, touched)
             elif ptr == n and run_out_compiled and all(r.plan is None for r in touched):

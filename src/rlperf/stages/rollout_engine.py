@@ -201,6 +201,35 @@ class Replica:
         if not self.wave and not self.blocked and self.waiting and self.b < self.max_seqs:
             self._admit()
 
+    def resume(self, i: int) -> bool:
+        """Request ``i`` (first in the waiting queue, its KV still cached: the previous call
+        stopped while it decoded and no weight update came between) goes on decoding at this
+        step without a prefill: it joins the batch with its ``prompt + generated`` tokens of
+        context and KV, as :meth:`_admit` and :meth:`_join_wave` would after re-prefilling it,
+        but samples no token (its next one comes from the next decode step). False, leaving it
+        queued (to be re-prefilled), when a wave is in flight, the slots are taken or the KV
+        cache cannot hold it and the batch's next tokens."""
+        bk, S = self.book, self.S
+        p, gen, g = bk.prompt[i], bk.generated[i], bk.group[i]
+        shared = self.sharing and g in self.group_resident
+        need = (0 if shared else p) + gen
+        if self.wave or self.b >= self.max_seqs or need + self.b + 1 > self.cap - self.kv_used():
+            return False
+        self.waiting.popleft()
+        if self.sharing:
+            self.group_resident[g] = self.group_resident.get(g, 0) + 1
+        bk.private_kv[i] = gen + (0 if self.sharing else p)
+        bk.status[i] = DECODING
+        bk.join_step[i] = S
+        bk.order[i] = self.next_order
+        heapq.heappush(self.heap, (S + bk.target[i] - gen, self.next_order, i))
+        self.next_order += 1
+        self.b += 1
+        self.ctx_fixed += p + gen - S
+        self.kv_fixed += need - S  # growth counted from now by b·S
+        self.stack.append(i)
+        return True
+
     def _join_wave(self) -> None:
         bk, S, wave = self.book, self.S, self.wave
         generated, heap, order = bk.generated, self.heap, self.next_order

@@ -21,8 +21,10 @@ class RolloutRequests:
 
     A request of group ``g`` shares its prompt with the other requests of ``g`` (GRPO's ``n``
     samples of one prompt). ``already_generated`` tokens were generated in an earlier call
-    (partial rollout); their KV is gone and is re-prefilled with the prompt. Build with
-    :meth:`build`, which validates.
+    (partial rollout); their KV is gone and is re-prefilled with the prompt, unless
+    ``kv_cached``: the request was decoding when the earlier call stopped and no weight update
+    came between, so its KV is still on the engine and it goes on decoding without a prefill
+    (rlperf.stages.rollout_engine.Replica.resume). Build with :meth:`build`, which validates.
     """
 
     prompt_tokens: np.ndarray
@@ -30,6 +32,7 @@ class RolloutRequests:
     group_id: np.ndarray
     already_generated: np.ndarray
     arrival_s: np.ndarray
+    kv_cached: np.ndarray  # bool: KV of prompt + already_generated still cached (no re-prefill)
 
     @classmethod
     def build(
@@ -39,8 +42,10 @@ class RolloutRequests:
         group_id: ArrayLike | None = None,
         already_generated: ArrayLike | None = None,
         arrival_s: ArrayLike | None = None,
+        kv_cached: ArrayLike | None = None,
     ) -> RolloutRequests:
-        """Validate and freeze. Defaults: one group per request, nothing generated, all at t=0."""
+        """Validate and freeze. Defaults: one group per request, nothing generated, all at t=0,
+        no KV cached."""
         prompt = _ints("requests.prompt_tokens", prompt_tokens)
         n = len(prompt)
         resp = _ints("requests.response_tokens", response_tokens, n)
@@ -61,6 +66,9 @@ class RolloutRequests:
         )
         if len(arr) != n:
             raise SpecError("requests.arrival_s", f"has {len(arr)} entries for {n} requests")
+        cached = np.zeros(n, bool) if kv_cached is None else np.asarray(kv_cached, bool).reshape(-1).copy()
+        if len(cached) != n:
+            raise SpecError("requests.kv_cached", f"has {len(cached)} entries for {n} requests")
         if n == 0:
             raise SpecError("requests", "no requests")
         _check("requests.prompt_tokens", prompt >= 1, "must be >= 1")
@@ -71,10 +79,12 @@ class RolloutRequests:
             "must be in [0, response_tokens)",
         )
         _check("requests.arrival_s", np.isfinite(arr) & (arr >= 0), "must be finite and >= 0")
+        _check("requests.kv_cached", ~cached | ((done > 0) & (arr == 0)),
+               "only for a request with already_generated > 0 that arrives at 0 s")
         _check_group_prompts(prompt, group)
-        for a in (prompt, resp, group, done, arr):
+        for a in (prompt, resp, group, done, arr, cached):
             a.setflags(write=False)
-        return cls(prompt, resp, group, done, arr)
+        return cls(prompt, resp, group, done, arr, cached)
 
     @property
     def num_requests(self) -> int:

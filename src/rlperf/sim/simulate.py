@@ -13,6 +13,8 @@ One iteration of an algorithm is its stage graph (rlperf.algorithms). The plan d
 - streaming (rlperf.modes.Streaming): a rollout may split into an *ahead* call with the previous
   weights and a *main* call with the new ones, and the stages after the rollout run in
   ``train_parts`` local updates, part ``c`` once ``⌈(c+1)·B·G/k⌉`` responses have finished;
+  requests carried into a call that starts with the weights the previous one ended with keep
+  their KV (rlperf.modes.Mode.keeps_kv_between_syncs); after a sync they are re-prefilled;
   with whole prompt groups (verl's rollouter) the engine admits ``M`` groups at a time, the
   calls stop after complete groups and training receives each group whole, when its last
   response finishes.

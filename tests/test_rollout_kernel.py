@@ -85,3 +85,25 @@ def test_compiled_under_preemption_storms(sharing: bool) -> None:
     assert fast.num_preemptions > 500
     assert_same(fast, python_run_out(QWEN7, H100, layout, req, RolloutOptions(), cap))
     assert_same(fast, simulate_rollout(QWEN7, H100, layout, req, RolloutOptions(event_by_event=True), cap))
+
+
+@pytest.mark.parametrize("dry_runs", [1, 7])
+@pytest.mark.parametrize("stop", [{"stop_after_num_finished": 300}, {"time_limit_s": 40.0}])
+def test_compiled_stop_in_short_dry_runs(dry_runs: int, stop: dict[str, float]) -> None:
+    """Dry runs of a few runs per replica, grown until every event up to the stop is planned:
+    the same result as the Python run-out to the stop."""
+    rng = np.random.default_rng(2)
+    n = 600
+    group = np.arange(n) // 6
+    req = RolloutRequests.build(rng.integers(50, 1500, n // 6)[group], rng.integers(1, 3000, n), group)
+    layout = EngineLayout(replicas=3, max_num_seqs=64, max_num_batched_tokens=256)
+    cap = int(np.max(req.prompt_tokens + req.response_tokens)) + 6000
+    opts = RolloutOptions(**stop)  # type: ignore[arg-type]
+    saved = runout.DRY_RUNS
+    runout.DRY_RUNS = dry_runs
+    try:
+        fast = simulate_rollout(QWEN7, H100, layout, req, opts, cap)
+    finally:
+        runout.DRY_RUNS = saved
+    assert fast.stopped_early
+    assert_same(fast, python_run_out(QWEN7, H100, layout, req, opts, cap))

@@ -95,6 +95,10 @@ def run_out(replicas: list[Replica], debug: bool = False, fresh: frozenset[int] 
 # installed; False: the Python loop and drain below (the reference the tests compare against).
 COMPILED = True
 
+# Runs per replica of the compiled run-out's first dry run to a stop (then 4x, 16x, ...): a
+# stop often comes long before the call's end (a stream stops after a fraction finished).
+DRY_RUNS = 2048
+
 # Runs planned per replica between two looks at the clock in :func:`run_out_until`: the runs
 # planned past the stop are planned again, so a batch bounds the waste; each batch costs a
 # snapshot of the replica's state (a few list copies).
@@ -391,10 +395,11 @@ def _time(replicas: list[Replica], runs: RunArrays, apply: bool = True) -> np.nd
 
 
 def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | None, fresh: frozenset[int]) -> float:
-    """:func:`run_out_until` with the compiled loop: every replica planned to idle once on
-    copies (a dry run) and timed, which gives the stop; then each planned again from its
-    state up to the runs that end by the stop (the same runs: the loop is deterministic),
-    timed, and its run in progress planned."""
+    """:func:`run_out_until` with the compiled loop: every replica planned on copies (a dry
+    run of up to :data:`DRY_RUNS` runs each, four times more until every event up to the stop
+    is planned) and timed, which gives the stop; then each planned again from its state up to
+    the runs that end by the stop (the same runs: the loop is deterministic), timed, and its
+    run in progress planned."""
     from rlperf.stages.rollout_kernel import CallPlanner
 
     book = replicas[0].book
@@ -403,18 +408,28 @@ def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | 
     if not active:
         return t_stop
     planner = CallPlanner(active, fresh)
-    dry = planner.run(None, apply=False)
-    end_s = _time(active, dry.runs, apply=False)
-    stop = t_stop
-    if need is not None:
-        whole = dry.generated[dry.finished] == np.asarray(book.response, np.int64)[dry.finished]
-        full_s = end_s[dry.finished_run[whole]]
-        if full_s.size >= need:
-            stop = min(stop, float(np.partition(full_s, need - 1)[need - 1]))
+    response = np.asarray(book.response, np.int64)
+    limit = DRY_RUNS
+    while True:  # dry runs of up to ``limit`` runs per replica until the stop is known
+        dry = planner.run(np.full(len(active), limit, np.int64), apply=False)
+        end_s = _time(active, dry.runs, apply=False)
+        rep = dry.runs.replica
+        counts = np.bincount(rep, minlength=len(active))
+        last = np.cumsum(counts) - 1
+        cut = counts >= limit  # replicas that may have runs left
+        known = float(end_s[last[cut]].min()) if cut.any() else math.inf  # every event up to here is planned
+        stop = t_stop
+        if need is not None:
+            whole = dry.generated[dry.finished] == response[dry.finished]
+            full_s = end_s[dry.finished_run[whole]]
+            if full_s.size >= need:
+                stop = min(stop, float(np.partition(full_s, need - 1)[need - 1]))
+        if stop <= known:
+            break
+        limit *= 4
     if stop == math.inf:  # every replica goes idle first
         time_planned(active, planner.run(None, apply=True))
         return t_stop
-    rep = dry.runs.replica
     done = np.bincount(rep[end_s <= stop], minlength=len(active))
     time_planned(active, planner.run(done, apply=True))
     for r in replicas:

@@ -178,6 +178,11 @@ def test_not_expressible_parts_are_listed() -> None:
     odd = spec.model_copy(update={"plan": spec.plan.model_copy(update={"layouts": {"actor": gpipe}})})
     missing = " | ".join(export_verl(odd).not_expressible)
     assert "ZeRO-3" in missing and "GPipe" in missing
+    # gathers without prefetch (DeepSpeed-Chat's live-parameter cap) are not a verl setting
+    unprefetched = spec.plan.layouts["actor"].model_copy(update={"prefetch_gathers": False})
+    plain = spec.model_copy(update={"plan": spec.plan.model_copy(update={"layouts": {"actor": unprefetched}})})
+    assert "prefetch_gathers" in " | ".join(export_verl(plain).not_expressible)
+    assert "prefetch_gathers" not in " | ".join(export_verl(spec).not_expressible)
 
 
 # ---------------------------------------------------------------------- Hydra syntax and errors

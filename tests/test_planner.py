@@ -84,3 +84,37 @@ def test_without_the_timeline_the_best_plan_is_the_same_without_engine_segments(
     assert bare.best.plan == two_nodes.best.plan and bare.best.sim is not None and two_nodes.best.sim is not None
     assert bare.best.sim.to_dict() == two_nodes.best.sim.to_dict()
     assert len(bare.best.sim.segments) < len(two_nodes.best.sim.segments)
+
+
+def test_a_plan_simulated_above_the_staleness_limit_defers_its_siblings() -> None:
+    """Plans that differ only in training layouts share a simulated plan's lag: once one is
+    simulated above ``max_staleness``, the rest of its engines/split/mode wait with the deferred
+    plans instead of spending the simulation budget (at most one batch per such group)."""
+    import dataclasses
+    from collections import Counter
+
+    from collections.abc import Sequence
+
+    from rlperf.plan.search import _simulate_one
+    from rlperf.specs.plan import Plan
+    from rlperf.sim.result import SimResult
+
+    over: Counter[tuple[int, str, str, str]] = Counter()
+
+    def lagging_mapper(fn: object, items: Sequence[tuple[Scenario, Plan]]) -> list[SimResult | str]:
+        # Every non-sync plan reported two versions stale, above the limit of 1.
+        out: list[SimResult | str] = []
+        for sc, plan in items:
+            r = _simulate_one((sc, plan))
+            if isinstance(r, SimResult) and plan.mode.kind != "sync":
+                r = dataclasses.replace(r, staleness=(2,) * max(1, len(r.staleness)))
+                over[(sc.cluster.num_gpus, plan.mode.model_dump_json(), plan.placement.model_dump_json(),
+                      plan.rollout.model_dump_json())] += 1
+            out.append(r)
+        return out
+
+    opts = SearchOptions(max_staleness=1, top_k=8, sim_batch=2)
+    res = search(small_scenario(2), opts, lagging_mapper)
+    assert over, "the scenario simulates no asynchronous plan: the test checks nothing"
+    assert max(over.values()) <= opts.sim_batch, over
+    assert res.best.staleness <= opts.max_staleness

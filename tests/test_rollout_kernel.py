@@ -3,6 +3,8 @@ event-by-event loop in every field, bit for bit."""
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,12 +17,8 @@ from tests.test_rollout_runout import H100, MOE, QWEN7, assert_same, groups_of, 
 
 
 def python_run_out(*args: object) -> RolloutResult:
-    saved = runout.COMPILED
-    runout.COMPILED = False
-    try:
+    with patch.object(runout, "COMPILED", False):
         return simulate_rollout(*args)  # type: ignore[arg-type]
-    finally:
-        runout.COMPILED = saved
 
 
 def test_compiled_loop_is_used() -> None:
@@ -99,11 +97,7 @@ def test_compiled_stop_in_short_dry_runs(dry_runs: int, stop: dict[str, float]) 
     layout = EngineLayout(replicas=3, max_num_seqs=64, max_num_batched_tokens=256)
     cap = int(np.max(req.prompt_tokens + req.response_tokens)) + 6000
     opts = RolloutOptions(**stop)  # type: ignore[arg-type]
-    saved = runout.DRY_RUNS
-    runout.DRY_RUNS = dry_runs
-    try:
+    with patch.object(runout, "DRY_RUNS", dry_runs):
         fast = simulate_rollout(QWEN7, H100, layout, req, opts, cap)
-    finally:
-        runout.DRY_RUNS = saved
     assert fast.stopped_early
     assert_same(fast, python_run_out(QWEN7, H100, layout, req, opts, cap))

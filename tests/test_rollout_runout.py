@@ -4,6 +4,7 @@ once nothing outside can reach them) equals the event-by-event simulation exactl
 from __future__ import annotations
 
 import dataclasses
+from unittest.mock import patch
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -119,12 +120,8 @@ def test_run_out_to_a_stop_equals_event_by_event(
     req, cap = requests_of(groups, kv)
     layout = EngineLayout(replicas=replicas, max_num_seqs=max_num_seqs, max_num_batched_tokens=2048)
     opts = RolloutOptions(token_budget_per_request=token_budget, **{stop[0]: stop[1]})
-    saved = runout.STOP_BATCH_RUNS
-    runout.STOP_BATCH_RUNS = batch
-    try:
+    with patch.object(runout, "STOP_BATCH_RUNS", batch):
         fast = simulate_rollout(QWEN7, H100, layout, req, opts, cap)
-    finally:
-        runout.STOP_BATCH_RUNS = saved
     slow = simulate_rollout(QWEN7, H100, layout, req, opts.model_copy(update={"event_by_event": True}), cap)
     assert_same(fast, slow)
 

@@ -113,17 +113,26 @@ class Estimator:
         self._memo[key] = v
         return v
 
+    def requests_per_engine(self, plan: Plan) -> int:
+        """Requests one rollout engine decodes at once under ``plan``'s mode
+        (rlperf.modes.Mode.requests_per_engine over the step's batch), once per mode and
+        ``max_num_seqs``."""
+        key = ("per_engine", plan.mode, plan.rollout.max_num_seqs)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = self.mode(plan).requests_per_engine(plan.rollout.max_num_seqs, self.batch)
+        return got  # type: ignore[return-value]
+
     def slots(self, plan: Plan, gen_gpus: int) -> int:
         """Requests the rollout engines on ``gen_gpus`` decode at once under ``plan``'s mode."""
         lay = plan.rollout
-        per_engine = self.mode(plan).requests_per_engine(lay.max_num_seqs, self.batch)
-        return max(1, gen_gpus // (lay.tp * lay.pp)) * per_engine
+        return max(1, gen_gpus // (lay.tp * lay.pp)) * self.requests_per_engine(plan)
 
     def rollout(self, plan: Plan, gpus: int, budget: int | None, greedy: bool = False,
                 slots: int | None = None) -> tuple[float, float]:
         # A rollouter that admits fewer requests than the engine's slots (whole prompt groups)
         # runs the engine at that batch.
-        per_engine = self.mode(plan).requests_per_engine(plan.rollout.max_num_seqs, self.batch)
+        per_engine = self.requests_per_engine(plan)
         if per_engine < plan.rollout.max_num_seqs and not greedy:
             plan = plan.model_copy(update={"rollout": plan.rollout.model_copy(update={"max_num_seqs": per_engine})})
         costs = self._costs(plan)

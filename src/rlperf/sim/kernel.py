@@ -12,6 +12,7 @@ one that fits in the free GPUs starts (priority order with backfilling). Priorit
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Callable
@@ -99,17 +100,33 @@ class Kernel:
         # (time, sequence, what): ties broken by insertion order (determinism).
         self._heap: list[tuple[float, int, _HeapItem]] = []
         self.fired: dict[str, float] = {}
-        self._waiting: list[Task] = []
         self.done: list[Task] = []
         self._by_name: dict[str, Task] = {}
+        # Tasks not started yet: those with every dependency fired (``_ready``, in the order a
+        # pass considers them: priority, then the order they were added, as a stable sort of
+        # the waiting tasks by priority gives), and, per event not fired yet, the tasks that
+        # wait for it with how many of their events are still missing. A pass then looks at
+        # the ready tasks only, not at every task of every iteration.
+        self._ready: list[tuple[tuple[int, ...], int, Task]] = []
+        self._blocked: dict[str, list[Task]] = {}
+        self._missing: dict[str, int] = {}
+        self._unstarted: dict[str, Task] = {}
+        self._added: dict[str, int] = {}  # task -> the order it was added in
 
     def add(self, task: Task) -> None:
         assert task.name not in self._by_name, f"duplicate task {task.name}"
         for pool, (lo, hi) in task.needs.items():
             assert pool in self.capacity, f"{task.name}: unknown pool {pool}"
             assert 0 <= lo <= hi <= self.capacity[pool], f"{task.name}: needs {lo}..{hi} of {pool}"
+        self._added[task.name] = len(self._by_name)
         self._by_name[task.name] = task
-        self._waiting.append(task)
+        self._unstarted[task.name] = task
+        missing = {d for d in task.deps if d not in self.fired}
+        self._missing[task.name] = len(missing)
+        for d in missing:
+            self._blocked.setdefault(d, []).append(task)
+        if not missing:
+            self._make_ready(task)
 
     def task(self, name: str) -> Task:
         return self._by_name[name]
@@ -118,13 +135,23 @@ class Kernel:
         heapq.heappush(self._heap, (t, self._seq, item))
         self._seq += 1
 
+    def _make_ready(self, task: Task) -> None:
+        bisect.insort(self._ready, (task.priority, self._added[task.name], task))
+
+    def _fire(self, event: str) -> None:
+        """``event`` fired for the first time: the tasks waiting for it lose one missing event."""
+        for task in self._blocked.pop(event, ()):
+            left = self._missing[task.name] - 1
+            self._missing[task.name] = left
+            if not left:
+                self._make_ready(task)
+
     def _try_start(self) -> None:
-        self._waiting.sort(key=lambda t: t.priority)
-        started: list[Task] = []
-        for task in self._waiting:
-            if not all(d in self.fired for d in task.deps):
-                continue
+        waiting: list[tuple[tuple[int, ...], int, Task]] = []
+        for entry in self._ready:
+            task = entry[2]
             if not all(self.free[p] >= lo for p, (lo, _) in task.needs.items()):
+                waiting.append(entry)
                 continue
             grant = {p: min(hi, self.free[p]) for p, (_, hi) in task.needs.items()}
             for p, g in grant.items():
@@ -146,9 +173,8 @@ class Kernel:
                 self._push(self.now + off, event)
             rest = {p: g - released.get(p, 0) for p, g in grant.items()}
             self._push(task.end_s, _Finish(task, rest))
-            started.append(task)
-        for task in started:
-            self._waiting.remove(task)
+            del self._unstarted[task.name]
+        self._ready = waiting
 
     def run(self, until_s: float = math.inf) -> None:
         self._try_start()
@@ -160,16 +186,22 @@ class Kernel:
             if isinstance(item, _Release):
                 self.free[item.pool] += item.gpus
             elif isinstance(item, str):
-                self.fired.setdefault(item, t)
+                if item not in self.fired:
+                    self.fired[item] = t
+                    self._fire(item)
             else:
                 for p, g in item.rest.items():
                     self.free[p] += g
-                self.fired[item.task.name] = t
+                name = item.task.name
+                first = name not in self.fired
+                self.fired[name] = t
+                if first:
+                    self._fire(name)
                 self.done.append(item.task)
             # Fire everything at the same instant before scheduling (determinism).
             if self._heap and self._heap[0][0] == t:
                 continue
             self._try_start()
-        if self._waiting and until_s == math.inf:
-            stuck = ", ".join(sorted(t.name for t in self._waiting)[:5])
+        if self._unstarted and until_s == math.inf:
+            stuck = ", ".join(sorted(self._unstarted)[:5])
             raise RuntimeError(f"simulation deadlocked; waiting: {stuck}")

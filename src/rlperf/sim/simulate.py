@@ -104,6 +104,7 @@ class _Iter:
     kept_seq_tokens: np.ndarray | None = None  # prompt + response tokens per kept response
     kept_order: np.ndarray | None = None  # kept responses sorted by finish time (fusion chunks)
     kept_finish_s: np.ndarray | None = None  # absolute finish time per kept response (train parts)
+    kept_finish_order: np.ndarray | None = None  # argsort of kept_finish_s (stable), once per batch
     finished: int = 0  # responses of this iteration finished by the rollout calls so far
     round_seq_tokens: np.ndarray | None = None  # every response finished by the latest rollout call
     generated_tokens: float = 0.0
@@ -366,6 +367,7 @@ class Simulator:
         state.round_seq_tokens = round_seq
         state.kept_seq_tokens = seq
         state.kept_finish_s = fin_abs if len(fin_abs) == len(seq) else None
+        state.kept_finish_order = None
         # Completion order of the kept responses: fusion waves take them in this order.
         state.kept_order = np.argsort(fin_t, kind="stable") if len(fin_t) == len(seq) else np.arange(len(seq))
         state.staleness.extend((it - np.asarray(ver, np.int64)).tolist())
@@ -548,7 +550,9 @@ class Simulator:
             # Local update ``part``: the responses ranked ``[⌈c·n/k⌉, ⌈(c+1)·n/k⌉)`` in finishing
             # order (n = B·G); the last part takes every response left.
             assert st.kept_finish_s is not None
-            order = np.argsort(st.kept_finish_s, kind="stable")
+            if st.kept_finish_order is None:  # every part of every stage after the stream reads it
+                st.kept_finish_order = np.argsort(st.kept_finish_s, kind="stable")
+            order = st.kept_finish_order
             want = self.cfg.prompts_per_step * self.cfg.group_size
             lo = math.ceil(part * want / self.parts)
             hi = len(order) if part == self.parts - 1 else math.ceil((part + 1) * want / self.parts)

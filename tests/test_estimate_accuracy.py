@@ -40,14 +40,16 @@ def test_fast_estimate_is_within_ten_percent_of_the_simulator_in_median() -> Non
     errors: list[float] = []
     by_mode: dict[str, list[float]] = {}
     seed = 100
-    while len(errors) < 200 or min(len(by_mode.get(m, [])) for m in CARRYING) < 15:
+    while len(errors) < 200 or min(len(by_mode.get(m, [])) for m in CARRYING) < 30:
         sc = random_scenario(seed)
         seed += 1
         est = Estimator(sc)
         cands = [c for c in enumerate_candidates(sc, SearchOptions()) if isinstance(c, Candidate)]
         picked = rng.choice(len(cands), size=min(10, len(cands)), replace=False).tolist()
         # Every scenario also contributes one plan of each carrying mode it has (random ones
-        # hold few: one mode in six), so their bias is measured, not sampled past.
+        # hold few: one mode in six), so their bias is measured, not sampled past: 30 of each,
+        # as a streaming plan of these small batches is off by ~20% either way (15 gave a
+        # median of +0.9% or +10.5% depending on which were drawn).
         for mode in CARRYING:
             of_mode = [i for i, c in enumerate(cands) if _mode(c) == mode and i not in picked]
             if of_mode:
@@ -58,13 +60,7 @@ def test_fast_estimate_is_within_ten_percent_of_the_simulator_in_median() -> Non
             if err is None:
                 continue
             errors.append(err)
-            # Streaming with a generation batch larger than the trained one (dynamic sampling,
-            # oversampling) has no steady state to estimate: every call admits m·B·G fresh
-            # requests and stops after B·G finished, so the simulator's in-flight set grows each
-            # step (lags of 17-21 versions; such plans are deferred by their expected
-            # staleness). Reported apart.
-            rounds = " (filtered)" if _mode(c) == "streaming" and est.gen_rounds.filters else ""
-            by_mode.setdefault(_mode(c) + rounds, []).append(err)
+            by_mode.setdefault(_mode(c), []).append(err)
     med = float(np.median(np.abs(errors)))
     print(f"\nfast estimate vs simulator over {len(errors)} random plans: median |difference| {med:.1%}, "
           f"90th percentile {np.percentile(np.abs(errors), 90):.1%}")
@@ -74,7 +70,7 @@ def test_fast_estimate_is_within_ten_percent_of_the_simulator_in_median() -> Non
     assert med < 0.10
     for mode in CARRYING:
         errs = by_mode[mode]
-        assert len(errs) >= 15, (mode, len(errs))
+        assert len(errs) >= 30, (mode, len(errs))
         # No bias that ranks the mode as a whole in or out.
         assert abs(float(np.median(errs))) < 0.10, (mode, float(np.median(errs)))
 

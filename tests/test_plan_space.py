@@ -192,3 +192,23 @@ def test_engines_whose_weights_overflow_their_budget_are_rejected_once_with_the_
         assert len(rejected) == 1 and "gpu_memory_utilization budget" in rejected[0].reason
         assert not any(isinstance(c, Candidate) and c.plan.rollout.tp == tp for c in out)
     assert any(isinstance(c, Candidate) and c.plan.rollout.tp == 4 for c in out)
+
+
+def test_no_stream_where_more_is_generated_than_trained() -> None:
+    """A stream admits a step's requests and stops after one batch has finished: with filtered
+    rounds (DAPO's dynamic sampling, PRIME's oversampling) its requests in flight grow without
+    end, so it is neither searched nor offered as a what-if there; partial rollout is out under
+    dynamic sampling only (GenerationRounds.allows_partial_rollout)."""
+    from rlperf.modes import mode_of
+    from rlperf.plan.explain import variants
+
+    def carrying(sc: Scenario) -> set[str]:
+        found = {c.plan.mode.kind for c in enumerate_candidates(sc, SearchOptions())
+                 if isinstance(c, Candidate) and mode_of(c.plan.mode).carries_unfinished}
+        split = sc.with_plan(sc.plan.model_copy(update={"placement": placements(sc, 1, False)[1][0]}))
+        return found | {p.mode.kind for _, p in variants(split) if mode_of(p.mode).carries_unfinished}
+
+    q = {"model": "Qwen2.5-0.5B", "nodes": 1, "gpus_per_node": 2}
+    assert carrying(_scenario(**q, algorithm="DAPO")) == set()
+    assert carrying(_scenario(**q, algorithm="PRIME")) == {"partial_rollout"}
+    assert carrying(_scenario(**q, algorithm="GRPO")) == {"streaming", "partial_rollout"}

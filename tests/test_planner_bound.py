@@ -94,3 +94,18 @@ def test_the_decode_step_floor_is_below_the_simulated_replica_time(seed: int) ->
     floor = decode_steps_floor_s(StepModel.build(model, one, lay.model_copy(update={"replicas": 1})), resp, lay.max_num_seqs)
     busy = float(np.sum(res.replica_busy_s))
     assert 0.3 * busy < floor <= busy
+
+
+def test_streaming_plans_are_bounded_by_their_work() -> None:
+    """A streaming call stops at the first B·G finished responses, but in steady state a step
+    still generates and trains one batch's tokens: its plans get the work terms (they had no
+    bound, so the search could never prune them), below their simulated steps."""
+    sc = random_scenario(1)
+    bounder = Bounder(sc)
+    streams = [c for c in enumerate_candidates(sc, OPTS) if isinstance(c, Candidate) and c.plan.mode.kind == "streaming"]
+    sims = [(c, r) for c in streams if not isinstance(r := _simulate_one((sc, c.plan)), str)]
+    assert sims
+    for c, r in sims:
+        b = bounder.bound(c)
+        assert 0.0 < b.step_s <= r.normalized_step_time_s, (c.label, b, r.normalized_step_time_s)
+        assert b.term in ("rollout work", "training work", "total work")

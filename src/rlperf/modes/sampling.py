@@ -50,3 +50,11 @@ class GenerationRounds:
         """Dynamic sampling decides the next round from finished groups; carrying unfinished
         requests across steps has no defined meaning there."""
         return not self.adaptive
+
+    @property
+    def allows_streaming(self) -> bool:
+        """A stream admits a step's fresh requests and stops once ``B·G`` have finished; with
+        more generated than trained (filtering) every step admits more than finishes, so the
+        requests in flight grow without end (lags of 17-21 versions simulated on small DAPO
+        plans) and there is no steady state to plan for."""
+        return not self.filters

@@ -88,7 +88,7 @@ def variants(sc: Scenario) -> list[tuple[str, Plan]]:
         if mode.staleness == 0:
             out.append(("one-step off-policy (staleness 1)", plan.model_copy(update={"mode": ExecutionMode(kind="one_step_off")})))
             out.append(("async, staleness 2", plan.model_copy(update={"mode": ExecutionMode(kind="async", staleness=2)})))
-        if not mode.carries_unfinished:
+        if not mode.carries_unfinished and rounds.allows_streaming:
             streaming = streaming_mode(sc.minibatches)
             out.append((f"streaming (threshold 0.5, requests interrupted at each weight update, "
                         f"{streaming.train_parts} local updates per sync)",

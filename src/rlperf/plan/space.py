@@ -27,7 +27,8 @@ Grid (documented choices, not tuned; kept small so that a search fits in a minut
   budgets, then the optimizer offloaded, then the parameters);
 - execution mode: sync, sync + stage fusion, one-step off-policy, async (staleness 2) and
   streaming (verl fully_async with partial rollout, staleness threshold 0.5) on split pools,
-  partial rollout with a budget of half the response cap.
+  partial rollout with a budget of half the response cap (neither under dynamic sampling,
+  no streaming under oversampling: rlperf.modes.GenerationRounds).
 
 The engine's max_num_seqs is raised to the sequences its KV cache holds at the mean length
 (the nearest power of two, up to 1,024), except under streaming (see enumerate_candidates). Not searched (the scenario's values are kept): the engine's
@@ -363,8 +364,10 @@ def modes(sc: Scenario, split: bool, opts: SearchOptions) -> list[tuple[Executio
             # verl fully_async: half a batch runs ahead with the old weights, resumed requests
             # keep their start version (about τ of the trained responses lag, some by more than
             # one update), and the trainer takes the batch in local updates as it streams in.
-            streaming = streaming_mode(sc.minibatches)
-            out.append((streaming, mode_of(streaming).label))
+            # Not with filtered rounds (GenerationRounds.allows_streaming: no steady state).
+            if rounds.allows_streaming:
+                streaming = streaming_mode(sc.minibatches)
+                out.append((streaming, mode_of(streaming).label))
     if opts.allow_partial_rollout and opts.max_staleness >= 1 and rounds.allows_partial_rollout:
         b = max(1, sc.workload.max_response_tokens // 2)
         out.append((ExecutionMode(kind="partial_rollout", token_budget=b), f"partial {b}"))

@@ -177,11 +177,12 @@ def test_cpu_offloaded_optimizer_uses_the_given_rate() -> None:
 def test_cpu_offloaded_optimizer_runs_at_the_hosts_memory_bandwidth() -> None:
     """Without a given rate, CPU Adam streams 30 B per parameter (fp32 master, m, v read and
     written, fp32 gradient read, bf16 weight written) at the GPU's share of host DRAM bandwidth
-    times host_adam_efficiency."""
+    times host_adam_efficiency, when the rank's optimizer threads can stream that much."""
     seqs = np.full(16, 1024)
-    lay = TrainLayout(dp=8, zero_stage=3, offload_optimizer=True, micro_batch_size=2)
+    lay = TrainLayout(dp=8, zero_stage=3, offload_optimizer=True, micro_batch_size=2, cpu_optimizer_threads=64)
     prof = NODE.profile
     rate = prof.host_memory_bandwidth_bytes_per_s * prof.host_adam_efficiency / 30.0
+    assert 64 * prof.host_adam_thread_params_per_s > rate
     assert cpu_adam_params_per_s_for(NODE, lay) == pytest.approx(rate, rel=1e-12)
     cost = train_step(SMALL, NODE, lay, seqs)
     local = SMALL.num_params / 8
@@ -191,6 +192,28 @@ def test_cpu_offloaded_optimizer_runs_at_the_hosts_memory_bandwidth() -> None:
     fast = NODE.model_copy(update={"profile": prof.model_copy(
         update={"host_memory_bandwidth_bytes_per_s": 2 * prof.host_memory_bandwidth_bytes_per_s})})
     assert train_step(SMALL, fast, lay, seqs).component("optimizer") == pytest.approx(local / rate / 2 + upload, rel=1e-9)
+
+
+def test_cpu_offloaded_optimizer_on_one_thread_runs_at_one_threads_rate() -> None:
+    """A rank started with OMP_NUM_THREADS=1 (Ray's and torchrun's default, the layout's default)
+    updates host_adam_thread_params_per_s parameters a second, below its DRAM share; k threads
+    k times that, up to the share; no per-thread figure: the share."""
+    seqs = np.full(16, 1024)
+    prof = NODE.profile
+    share = prof.host_memory_bandwidth_bytes_per_s * prof.host_adam_efficiency / 30.0
+    one = TrainLayout(dp=8, zero_stage=3, offload_optimizer=True, micro_batch_size=2)
+    assert one.cpu_optimizer_threads == 1
+    assert cpu_adam_params_per_s_for(NODE, one) == pytest.approx(prof.host_adam_thread_params_per_s, rel=1e-12)
+    two = one.model_copy(update={"cpu_optimizer_threads": 2})
+    assert cpu_adam_params_per_s_for(NODE, two) == pytest.approx(2 * prof.host_adam_thread_params_per_s, rel=1e-12)
+    many = one.model_copy(update={"cpu_optimizer_threads": 1000})
+    assert cpu_adam_params_per_s_for(NODE, many) == pytest.approx(share, rel=1e-12)
+    unbound = NODE.model_copy(update={"profile": prof.model_copy(update={"host_adam_thread_params_per_s": None})})
+    assert cpu_adam_params_per_s_for(unbound, one) == pytest.approx(share, rel=1e-12)
+    local = SMALL.num_params / 8
+    upload = local * 2 / NODE.accelerator.pcie_bandwidth_bytes_per_s
+    assert train_step(SMALL, NODE, one, seqs).component("optimizer") == pytest.approx(
+        local / prof.host_adam_thread_params_per_s + upload, rel=1e-9)
 
 
 def test_the_end_to_end_mfu_does_not_cap_training_kernels() -> None:

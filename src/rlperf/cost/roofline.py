@@ -257,16 +257,25 @@ def adam_bytes_per_param(master_dtype: str = "fp32", grad_dtype: str = "fp32", p
 
 
 def cpu_adam_params_per_s(
-    cluster: Cluster, master_dtype: str = "fp32", grad_dtype: str = "fp32", param_dtype: str = "bf16"
+    cluster: Cluster, master_dtype: str = "fp32", grad_dtype: str = "fp32", param_dtype: str = "bf16",
+    threads: int | None = None,
 ) -> float:
     """Parameters per second one GPU's share of the host updates with a CPU Adam step
     (ZeRO-Offload: optimizer states and the step on the host; Ren et al., "ZeRO-Offload", ATC 2021).
 
     CPU Adam is memory bound: ~16 FLOP per parameter (``ADAMW_FLOPS_PER_PARAM``) against 30 bytes
     of fp32 state traffic (:func:`adam_bytes_per_param`), ~0.5 FLOP/byte, an order of magnitude
-    below a server CPU's ridge point. So
+    below a server CPU's ridge point. A rank's step runs on its own OpenMP threads (``threads``,
+    the rank's OMP_NUM_THREADS), and a core streams far less than its node's DRAM peak (Little's
+    law: a core's outstanding misses x 64 B / latency), so
 
-      rate = host_memory_bandwidth_bytes_per_s x host_adam_efficiency / bytes per parameter,
+      rate = min(host_memory_bandwidth_bytes_per_s x host_adam_efficiency / bytes per parameter,
+                 threads x host_adam_thread_params_per_s),
 
-    with both host figures per GPU from the profile (the GPUs of a node share its DRAM)."""
-    return cluster.profile.host_adam_bytes_per_s / adam_bytes_per_param(master_dtype, grad_dtype, param_dtype)
+    with the host figures per GPU from the profile (the GPUs of a node share its DRAM). None
+    threads (or no per-thread figure): the DRAM share alone."""
+    prof = cluster.profile
+    share = prof.host_adam_bytes_per_s / adam_bytes_per_param(master_dtype, grad_dtype, param_dtype)
+    if threads is None or prof.host_adam_thread_params_per_s is None:
+        return share
+    return min(share, threads * prof.host_adam_thread_params_per_s)

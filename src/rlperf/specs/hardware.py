@@ -130,6 +130,11 @@ class HardwareProfile(Spec):
     # and what a CPU Adam step achieves of it (CPU-offloaded optimizer; stages.train).
     host_memory_bandwidth_bytes_per_s: Bandwidth = 70.4e9
     host_adam_efficiency: float = Field(default=0.721, gt=0, le=1)
+    # Parameters per second one host thread's CPU Adam step updates (fp32 master weights and
+    # moments): a rank whose optimizer runs on few threads (TrainLayout.cpu_optimizer_threads;
+    # Ray and torchrun start each rank with OMP_NUM_THREADS=1) is bound by its threads, not by its
+    # share of the node's DRAM (cost.roofline.cpu_adam_params_per_s). None: the DRAM share alone.
+    host_adam_thread_params_per_s: float | None = Field(default=2.78e8, gt=0)
     # GEMM rate vs problem size (work W = 2mnk FLOPs): rate(W) = matmul_eff x W^a / (W^a + W_half^a),
     # W_half = matmul_half_rate_flops (0: every GEMM at the large-GEMM rate), a = matmul_size_exponent
     # (cost.roofline.matmul_size_factor).

@@ -61,6 +61,12 @@ class TrainLayout(Spec):
     packing: bool = True
     offload_params: bool = False
     offload_optimizer: bool = False
+    # Host threads one rank's CPU optimizer runs on (its OMP_NUM_THREADS: DeepSpeed's CPUAdam and
+    # torch's CPU AdamW parallelize with OpenMP). Ray starts a worker actor with floor(its CPUs),
+    # 1 when it asks for none (ray._private.utils.set_omp_num_threads_if_unset): verl's workers
+    # ask for none, OpenRLHF's for num_gpus_per_actor (1 or a fraction); torchrun sets 1 when it
+    # starts more than one process per node. Read only with offload_optimizer.
+    cpu_optimizer_threads: int = Field(default=1, ge=1, le=1024)
     # LoRA adapters of this rank on every linear layer, the model's weights frozen (verl
     # lora_rank, OpenRLHF --lora_rank); 0: full fine-tuning (rlperf.cost.lora)
     lora_rank: int = Field(default=0, ge=0, le=65536)

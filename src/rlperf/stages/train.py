@@ -20,7 +20,8 @@ to its longest sequence without ``layout.packing``. The most loaded dp rank sets
 - **optimizer step**: fused AdamW on the device's resident shard (:func:`rlperf.cost.roofline.
   adam_step`, memory bound); with ``offload_optimizer``, CPU Adam on the host at
   :func:`rlperf.cost.roofline.cpu_adam_params_per_s` (the GPU's share of the host's DRAM
-  bandwidth over the update's bytes per parameter; or a given rate) plus the PCIe upload of the
+  bandwidth over the update's bytes per parameter, at most what the rank's
+  ``cpu_optimizer_threads`` update; or a given rate) plus the PCIe upload of the
   updated weights (the gradients' download is counted with the reduction).
 
 Per-rank communication volume of the data-parallel traffic (``Psi`` stage parameters,
@@ -152,8 +153,9 @@ def train_step(
 
 
 def cpu_adam_params_per_s_for(cluster: Cluster, layout: TrainLayout) -> float:
-    """The profile's CPU Adam rate for ``layout``'s dtypes (fp32 master weights and states)."""
-    return host_adam_rate(cluster, "fp32", layout.grad_dtype, layout.param_dtype)
+    """The profile's CPU Adam rate for ``layout``'s dtypes (fp32 master weights and states) on
+    its ``cpu_optimizer_threads``."""
+    return host_adam_rate(cluster, "fp32", layout.grad_dtype, layout.param_dtype, layout.cpu_optimizer_threads)
 
 
 def _step(costs: LayoutCosts, plan: MicroBatches, shapes: MicroBatchShapes, longest: MicroBatchShapes,

@@ -8,6 +8,11 @@ one), and (c) bit-for-bit determinism. A heap ordered by (time, sequence number)
 Scheduling rule: whenever an event fires, ready tasks are considered in priority order and each
 one that fits in the free GPUs starts (priority order with backfilling). Priorities are tuples
 (iteration, stage order, chunk), so the schedule is a deterministic list schedule.
+
+Held tasks (:meth:`Kernel.hold`): the tasks of the iterations a longer run would add wait, and
+the kernel keeps its state at the first moment one of them would have started; up to there the
+two runs are the same, so the longer run can go on from that checkpoint (rlperf.sim.simulate
+extends a warm-up that way instead of simulating the run again).
 """
 
 from __future__ import annotations
@@ -88,6 +93,26 @@ class _Finish:
 _HeapItem = _Release | str | _Finish  # a release, a named event, or a task's end
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """The kernel's state just before a pass (see :meth:`Kernel.hold`), and what the caller
+    saved with it (``saved``). Containers are copies; tasks are shared (a task's fields are
+    written once, when it starts, and :meth:`Kernel.restore` clears those of the tasks not
+    started at the checkpoint)."""
+
+    now: float
+    seq: int
+    heap: list[tuple[float, int, _HeapItem]]
+    free: dict[str, int]
+    fired: dict[str, float]
+    done: list[Task]
+    ready: list[tuple[tuple[int, ...], int, Task]]
+    blocked: dict[str, list[Task]]
+    missing: dict[str, int]
+    unstarted: dict[str, Task]
+    saved: object
+
+
 class Kernel:
     """The event loop: ``add`` tasks, then ``run``; ``fired`` maps each event (a task's name
     once it finished, or a milestone) to its time; ``done`` lists finished tasks in order."""
@@ -112,6 +137,10 @@ class Kernel:
         self._missing: dict[str, int] = {}
         self._unstarted: dict[str, Task] = {}
         self._added: dict[str, int] = {}  # task -> the order it was added in
+        # Held tasks (iteration >= held_from) do not start; see hold().
+        self.held_from: int | None = None
+        self._save: Callable[[], object] | None = None
+        self.checkpoint: Checkpoint | None = None
 
     def add(self, task: Task) -> None:
         assert task.name not in self._by_name, f"duplicate task {task.name}"
@@ -146,11 +175,62 @@ class Kernel:
             if not left:
                 self._make_ready(task)
 
+    # ------------------------------------------------------------------ held tasks
+    def hold(self, from_iteration: int | None, save: Callable[[], object] | None = None) -> None:
+        """Tasks of iteration ``from_iteration`` and later do not start (None: none held).
+
+        They are the iterations a longer run of the same schedule would add: until the first
+        pass in which one of them would start (were they all released), the run is the same
+        with them held or not (a pass starts tasks in priority order, and a task's start
+        depends only on the tasks before it in that pass). At the beginning of that pass the
+        kernel keeps its state, with ``save()``, as :attr:`checkpoint`; :meth:`restore` then
+        continues from there, as the longer run, with fewer iterations held."""
+        self.held_from = from_iteration
+        self._save = save
+        self.checkpoint = None
+
+    def _held(self, task: Task) -> bool:
+        return self.held_from is not None and task.iteration >= self.held_from
+
+    def _would_start_held(self) -> bool:
+        """Whether a held task would start in this pass, were the held tasks released (the
+        pass's starts, without running them: a grant depends only on the free GPUs)."""
+        free = dict(self.free)
+        for _, _, task in self._ready:
+            if not all(free[p] >= lo for p, (lo, _) in task.needs.items()):
+                continue
+            if self._held(task):
+                return True
+            for p, (_, hi) in task.needs.items():
+                free[p] -= min(hi, free[p])
+        return False
+
+    def restore(self, cp: Checkpoint) -> None:
+        """Go back to checkpoint ``cp`` (taken by this kernel; used once): its state, and the
+        tasks that had not started by then not started."""
+        self.now, self._seq, self._heap, self.free, self.fired = cp.now, cp.seq, cp.heap, cp.free, cp.fired
+        self.done, self._ready, self._blocked, self._missing = cp.done, cp.ready, cp.blocked, cp.missing
+        self._unstarted = cp.unstarted
+        for task in self._unstarted.values():
+            task.start_s = task.end_s = math.nan
+            task.granted = {}
+            task.result = None
+        self.checkpoint = None
+
+    def _keep(self, saved: object) -> Checkpoint:
+        return Checkpoint(self.now, self._seq, list(self._heap), dict(self.free), dict(self.fired), list(self.done),
+                          list(self._ready), {e: list(ts) for e, ts in self._blocked.items()}, dict(self._missing),
+                          dict(self._unstarted), saved)
+
+    # ------------------------------------------------------------------ the loop
     def _try_start(self) -> None:
+        if self._save is not None and self._would_start_held():
+            self.checkpoint = self._keep(self._save())
+            self._save = None
         waiting: list[tuple[tuple[int, ...], int, Task]] = []
         for entry in self._ready:
             task = entry[2]
-            if not all(self.free[p] >= lo for p, (lo, _) in task.needs.items()):
+            if self._held(task) or not all(self.free[p] >= lo for p, (lo, _) in task.needs.items()):
                 waiting.append(entry)
                 continue
             grant = {p: min(hi, self.free[p]) for p, (_, hi) in task.needs.items()}
@@ -202,6 +282,6 @@ class Kernel:
             if self._heap and self._heap[0][0] == t:
                 continue
             self._try_start()
-        if self._unstarted and until_s == math.inf:
-            stuck = ", ".join(sorted(self._unstarted)[:5])
-            raise RuntimeError(f"simulation deadlocked; waiting: {stuck}")
+        stuck = sorted(name for name, task in self._unstarted.items() if not self._held(task))
+        if stuck and until_s == math.inf:
+            raise RuntimeError(f"simulation deadlocked; waiting: {', '.join(stuck[:5])}")

@@ -36,6 +36,7 @@ orders simultaneous events by insertion.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -114,6 +115,21 @@ class _Iter:
     stage_costs: dict[str, list[StageCost]] = field(default_factory=dict)
 
 
+    def copy(self) -> _Iter:
+        """A copy that the tasks of this iteration can go on changing apart (arrays are
+        replaced, never written in place; the lists are appended to)."""
+        return replace(self, staleness=list(self.staleness), lagged_tokens=list(self.lagged_tokens),
+                       stage_costs={n: list(cs) for n, cs in self.stage_costs.items()})
+
+
+@dataclass(frozen=True)
+class _Saved:
+    """A simulation's state at a kernel checkpoint, besides the kernel's own."""
+
+    iters: list[_Iter]
+    engine: RolloutState
+
+
 def _no_work(name: str, gpus: int) -> StageCost:
     """A pass over zero responses (no response finished this iteration, or an empty fusion
     wave): nothing to compute."""
@@ -158,23 +174,36 @@ class Simulator:
         self.groups = self.mode.group_admission(cfg.prompts_per_step, self.colocated_switch)
         self.budget = self.mode.token_budget
         self.fusion = self.mode.fusion if self.mode.allows_fusion and self.gen_rounds.allows_fusion else None
-        # Measured iterations, then the drain that keeps the pipeline full (not reported).
-        self.num_iterations = cfg.iterations + self.mode.drain_iterations(self.colocated_switch)
-        self.iters = [_Iter() for _ in range(self.num_iterations)]
-        # Warm-up the mode needs before its loop is periodic, within the configured iterations.
+        self.drain = self.mode.drain_iterations(self.colocated_switch)
         self.cap = cfg.max_response_tokens or int(cfg.sample(0, cfg.prompts_per_step)[1].max(initial=1))
         self.warmup_needed = self.mode.warmup_iterations(self.cap, self.colocated_switch)
-        self.warmup = max(cfg.warmup, min(self.warmup_needed, cfg.iterations - 1))
+        self._set_length(cfg)
+        self.built = self.num_iterations  # iterations in the task graph (more are held, see run())
+        self.iters: list[_Iter] = []
         self.kernel = Kernel(self.pool_gpus)
         self.engine = RolloutState()
         self.task_pool: dict[str, str | None] = {}
         self.task_stage: dict[str, str] = {}
+        self.task_iteration: dict[str, int] = {}
         self.fused_stages: set[str] = set()
         for key in ("generate", "actor"):
             need = costs.min_gpus(key)
             have = self.pool_gpus[self.assign[key]]
             if need > have:
                 raise SpecError(f"plan.placement ({key})", f"needs at least {need} GPUs, its pool has {have}")
+
+    def _set_length(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        # Measured iterations, then the drain that keeps the pipeline full (not reported).
+        self.num_iterations = cfg.iterations + self.drain
+        # Warm-up the mode needs before its loop is periodic, within the configured iterations.
+        self.warmup = max(cfg.warmup, min(self.warmup_needed, cfg.iterations - 1))
+
+    @property
+    def may_settle_later(self) -> bool:
+        """Whether the warm-up needed depends on the run (:meth:`settle_iterations`): requests
+        carried across calls without a lag bound. Otherwise it is ``warmup_needed``."""
+        return self.mode.staleness_bound(self.cap) is None and self.mode.carries_unfinished
 
     @property
     def carry(self) -> RolloutBatch | None:
@@ -202,6 +231,7 @@ class Simulator:
         self.kernel.add(Task(name, prio, deps, needs, run, it))
         self.task_pool[name] = next(iter(needs)) if needs else None
         self.task_stage[name] = stage
+        self.task_iteration[name] = it
 
     def _record(self, it: int, stage: str, cost: StageCost) -> None:
         self.iters[it].stage_costs.setdefault(stage, []).append(cost)
@@ -390,7 +420,8 @@ class Simulator:
     def build(self) -> None:
         gen_pool = self.assign["generate"]
         actor_pool = self.assign["actor"]
-        for it in range(self.num_iterations):
+        self.iters = [_Iter() for _ in range(self.built)]
+        for it in range(self.built):
             # Weights of version ``it`` reach the rollout engine after update ``it - 1``.
             if it >= 1:
                 self._add_sync(it, gen_pool, actor_pool)
@@ -428,6 +459,7 @@ class Simulator:
         self.kernel.add(Task(f"sync#{v}", (v, 0, 0), deps, needs, run, it))
         self.task_pool[f"sync#{v}"] = next(iter(needs))
         self.task_stage[f"sync#{v}"] = "weight_sync"
+        self.task_iteration[f"sync#{v}"] = it
 
     def _add_stage(self, it: int, order: int, st: StageDef, gen_deps: tuple[str, ...]) -> None:
         prio = (it, 1 + order)
@@ -566,10 +598,47 @@ class Simulator:
         return chunk_tokens
 
     # ------------------------------------------------------------------ results
-    def run(self) -> SimResult:
+    def run(self, longest: int | None = None) -> SimResult:
+        """Simulate and summarize. ``longest``: the most measured iterations :meth:`extend` may
+        ask for later; the iterations past this run's are built too but held (not started,
+        rlperf.sim.kernel.Kernel.hold), so that the run can be continued instead of repeated."""
+        if longest is not None:
+            self.built = max(self.built, longest + self.drain)
         self.build()
+        self._hold()
         self.kernel.run()
         return self._result()
+
+    def _hold(self) -> None:
+        more = self.built > self.num_iterations
+        self.kernel.hold(self.num_iterations if more else None, self._save if more else None)
+
+    def can_extend(self, cfg: SimConfig) -> bool:
+        """Whether :meth:`extend` can run ``cfg`` (this run with more iterations)."""
+        return self.kernel.checkpoint is not None and cfg.iterations + self.drain <= self.built
+
+    def extend(self, cfg: SimConfig) -> SimResult:
+        """The result of ``Simulator(cfg, costs).run()``, where ``cfg`` is this run's
+        configuration with more iterations (a longer warm-up), without simulating again what
+        the two runs share. The longer run schedules the same tasks, plus those of the
+        iterations it adds; up to the first pass in which one of those would start, the two
+        runs are the same (rlperf.sim.kernel.Kernel.hold). This run kept its state (the
+        kernel's, every iteration's data and the rollout engine's) at the beginning of that
+        pass; it goes back there and goes on with the added iterations released."""
+        assert self.can_extend(cfg)
+        cp = self.kernel.checkpoint
+        assert cp is not None and isinstance(cp.saved, _Saved)
+        self._set_length(cfg)
+        self.iters[:] = cp.saved.iters
+        vars(self.engine).update(vars(cp.saved.engine))
+        self.kernel.restore(cp)
+        self._hold()
+        self.kernel.run()
+        return self._result()
+
+    def _save(self) -> _Saved:
+        """What tasks change as they run, copied (the kernel keeps its own state)."""
+        return _Saved([it.copy() for it in self.iters], copy.copy(self.engine))
 
     def _result(self) -> SimResult:
         cfg = self.cfg
@@ -589,9 +658,9 @@ class Simulator:
                 if n not in names:
                     names.append(n)
         stage_pool: dict[str, str] = {}
-        for t, p in self.task_pool.items():
+        for n, p in self._active_pools():
             if p is not None:
-                stage_pool.setdefault(self.task_stage[t], p)
+                stage_pool.setdefault(n, p)
         for n in names:
             durs: list[float] = []
             costs: list[StageCost] = []
@@ -619,7 +688,7 @@ class Simulator:
         staleness = tuple(s for it in steady for s in self.iters[it].staleness)
         price = cfg.price_usd_per_gpu_hour
         cost = None if price is None else step_time * cfg.num_gpus * price / 3600.0
-        bounds = self._bounds(step_time, steady)
+        bounds = self._bounds(step_time, steady, stage_pool)
         segments = tuple(seg for t in sorted(k.done, key=lambda t: (t.start_s, t.name)) if t.result for seg in t.result.segments)
         notes: list[str] = []
         if self.rounds > 1:
@@ -691,7 +760,7 @@ class Simulator:
         if cur_b is not None:
             covered += cur_b - cur_a  # type: ignore[operator]
         idle = max(0.0, (w1 - w0) - covered) / steps
-        on_pool = {self.task_stage[t] for t, p in self.task_pool.items() if p == pool}
+        on_pool = {n for n, p in self._active_pools() if p == pool}
         peak = max(
             (c.peak_memory_bytes for it in self.iters for n, cs in it.stage_costs.items() if n in on_pool for c in cs),
             default=0.0,
@@ -700,7 +769,7 @@ class Simulator:
             peak = max(peak, self.costs.engine_memory_bytes(self.pool_gpus[pool]))
         return PoolStats(pool, gpus, float(min(util, 1.0)), idle, peak, self.costs.hbm_bytes())
 
-    def _bounds(self, step_time: float, steady: range) -> Bounds:
+    def _bounds(self, step_time: float, steady: range, stage_pool: dict[str, str]) -> Bounds:
         """Work-depth lower bound of a steady-state step; see :class:`rlperf.sim.result.Bounds`
         for the argument. Per iteration ``i`` of the window (means over the window):
 
@@ -730,7 +799,7 @@ class Simulator:
             work: dict[str, float] = {}
             serial: dict[str, float] = {}
             for n, cs in self.iters[it].stage_costs.items():
-                pool = self._stage_pool(n)
+                pool = stage_pool.get(n)  # the pool of the stage's first task on one
                 if pool is None:  # CPU stages: not GPU work
                     continue
                 work[pool] = work.get(pool, 0.0) + sum(c.work_s for c in cs)
@@ -770,11 +839,11 @@ class Simulator:
             longest = max(longest, math.ceil(self.cap / float(np.median(rates))))
         return longest + self.mode.bound_staleness(self.colocated_switch) + 1
 
-    def _stage_pool(self, stage: str) -> str | None:
-        for t, p in self.task_pool.items():
-            if self.task_stage[t] == stage and p is not None:
-                return p
-        return None
+    def _active_pools(self) -> list[tuple[str, str | None]]:
+        """(stage, pool) of every task of this run's iterations (not the held ones), in the
+        order they were built."""
+        n = self.num_iterations
+        return [(self.task_stage[t], p) for t, p in self.task_pool.items() if self.task_iteration[t] < n]
 
 
 def _union_length(spans: list[tuple[float, float]]) -> float:
@@ -798,9 +867,22 @@ def simulate(cfg: SimConfig, costs: StageCosts) -> SimResult:
     """Run the simulation; when the mode needs more warm-up than the configured iterations
     leave (a partial rollout's ``⌈cap/β⌉ - 1 + s`` calls, or, for streaming, the longest lag the
     carried requests turned out to have), run it again with that warm-up (at most twice), so
-    the result does not depend on the configured length once past warm-up."""
+    the result does not depend on the configured length once past warm-up.
+
+    Running again is continuing: the longer run is the same as this one up to the first moment
+    it starts a task of an added iteration (:meth:`Simulator.extend`), so the simulation goes
+    on from there instead of from the start, with the same result. A mode whose need does not
+    depend on the run (no carried requests without a lag bound) runs once, with it."""
     sim = Simulator(cfg, costs)
-    result = sim.run()
+    if not sim.may_settle_later:
+        # The need is known before the run: simulate the run the loop below would end with.
+        need = min(sim.warmup_needed, MAX_SETTLE_ITERATIONS)
+        if need > sim.warmup:
+            sim = Simulator(replace(cfg, iterations=need + cfg.iterations - sim.warmup, warmup=need), costs)
+        return sim.run()
+    # A re-run measures as many iterations as this one (or fewer), after a warm-up <= the cap.
+    longest = MAX_SETTLE_ITERATIONS + cfg.iterations - sim.warmup
+    result = sim.run(longest)
     for _ in range(2):
         # A longer need is simulated up to the cap (not skipped: skipping made a need of 25
         # get no warm-up at all while a need of 24 got 24), and the result's notes say so.
@@ -809,6 +891,9 @@ def simulate(cfg: SimConfig, costs: StageCosts) -> SimResult:
             break
         measured = cfg.iterations - sim.warmup
         cfg = replace(cfg, iterations=need + measured, warmup=need)
-        sim = Simulator(cfg, costs)
-        result = sim.run()
+        if sim.can_extend(cfg):
+            result = sim.extend(cfg)
+        else:  # nothing held ever became ready (not seen): simulate it from the start
+            sim = Simulator(cfg, costs)
+            result = sim.run(longest)
     return result

@@ -129,7 +129,11 @@ class Estimator:
         return max(1, gen_gpus // (lay.tp * lay.pp)) * self.requests_per_engine(plan)
 
     def rollout(self, plan: Plan, gpus: int, budget: int | None, greedy: bool = False,
-                slots: int | None = None) -> tuple[float, float]:
+                slots: int | None = None, shared: bool = False) -> tuple[float, float]:
+        """(time, tail) of the step's rollout call on ``gpus`` (``shared``: its engine sleeps
+        while training on the same GPUs). A mode that keeps its engines full
+        (:meth:`rlperf.modes.Mode.full_window`) gets its call timed at the full-batch rate and
+        no tail."""
         # A rollouter that admits fewer requests than the engine's slots (whole prompt groups)
         # runs the engine at that batch.
         per_engine = self.requests_per_engine(plan)
@@ -138,18 +142,33 @@ class Estimator:
         costs = self._costs(plan)
         # ReMax's greedy baseline is never budgeted; the step's batch is the mode's steady call.
         batch = self.greedy if greedy else self._steady_batch(plan, budget, slots)
+        mode = self.mode(plan)
 
         def run() -> tuple[float, float]:
             # A few replicas stand for all (rlperf.plan.rollout_sample); all of them when few.
             lay = plan.rollout
-            sample = ReplicaSample.of(batch, gpus // (lay.tp * lay.pp), budget)
+            per = lay.tp * lay.pp
+            sample = ReplicaSample.of(batch, gpus // per, budget)
+            sub, sub_gpus = (batch, gpus) if sample is None else (sample.batch, len(sample.replicas) * per)
+            full = None if greedy else mode.full_window(sub.num_requests, sub_gpus // per * lay.max_num_seqs, shared)
+            if full is not None:
+                # (time, new tokens decoded) at both stops; the first is the call's start when 0.
+                (t0, d0), (t1, d1) = ((0.0, 0.0) if k == 0 else self._stopped(costs, sub, sub_gpus, budget, k) for k in full)
+                new = float(np.sum(sub.target_tokens - sub.generated_tokens))
+                return t0 + (new - d0) * (t1 - t0) / max(d1 - d0, 1.0), 0.0
             if sample is not None:
-                return sample.makespan_and_tail_s(costs.rollout(sample.batch, len(sample.replicas) * lay.tp * lay.pp, budget))
+                return sample.makespan_and_tail_s(costs.rollout(sub, sub_gpus, budget))
             o = costs.rollout(batch, gpus, budget)
             return o.cost.time_s, o.tail_s
 
-        call = None if greedy else type(self.mode(plan)).steady_call
-        return self._cached(("gen", plan.rollout, gpus, budget, greedy, call), run)  # type: ignore[no-any-return]
+        call = None if greedy else type(mode).steady_call
+        return self._cached(("gen", plan.rollout, gpus, budget, greedy, call, shared), run)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _stopped(costs: AnalyticCosts, batch: RolloutBatch, gpus: int, budget: int | None, stop: int) -> tuple[float, float]:
+        """(time, new tokens decoded) of ``batch``'s call stopped after ``stop`` finished."""
+        o = costs.rollout(batch, gpus, budget, stop)
+        return o.cost.time_s, float(np.sum(o.generated_tokens - batch.generated_tokens))
 
     def _steady_batch(self, plan: Plan, budget: int | None, slots: int | None) -> RolloutBatch:
         """The mode's steady-state rollout call (carried requests included), one per budget and
@@ -228,7 +247,8 @@ class Estimator:
         budget = mode.steady_budget(self.batch, slots)
         updates = sc.epochs * sc.minibatches
         stages = sc.algorithm.active_stages(updates)
-        gen_s, tail_s = self.rollout(plan, g_gen, budget, slots=slots)
+        shared_engine = gen_pool == assign["actor"] and plan.offload_between_phases
+        gen_s, tail_s = self.rollout(plan, g_gen, budget, slots=slots, shared=shared_engine)
         gen_s *= self.rounds
         if any(s.name == "generate_greedy" for s in stages):
             gen_s += self.rollout(plan, g_gen, None, greedy=True)[0]
@@ -260,7 +280,7 @@ class Estimator:
             fwd_s = max(max(fwd_by_pool.values(), default=0.0), cpu_s)
         train_s = max(train_by_pool.values(), default=0.0)
         iteration = sync_s + switch_s + gen_s + fwd_s + train_s
-        s = mode.expected_staleness(self.batch, same and plan.offload_between_phases, slots)
+        s = mode.expected_staleness(self.batch, shared_engine, slots)
         train_side = sync_s + sum(v for k, v in fwd_by_pool.items() if k != gen_pool) + train_s
         gen_side = gen_s + sync_s + fwd_by_pool.get(gen_pool, 0.0)
         step = mode.compose_step(StepParts(iteration, gen_side, train_side, same, tail_s, sync_s))

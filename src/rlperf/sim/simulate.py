@@ -41,6 +41,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
+from itertools import chain
 import numpy as np
 
 from rlperf.algorithms.spec import AlgorithmSpec, StageDef
@@ -828,14 +829,15 @@ class Simulator:
         warm-up is exact)."""
         if self.mode.staleness_bound(self.cap) is not None or not self.mode.carries_unfinished:
             return 0
-        lags = [s for it in self.iters for s in it.staleness]
+        lags = np.fromiter(chain.from_iterable(it.staleness for it in self.iters), np.int64)
+        tokens = np.fromiter(chain.from_iterable(it.lagged_tokens for it in self.iters), np.int64)
         last = self.num_iterations - 1
-        lags += [int(last - v) for v in self.engine.carry_version]
-        longest = max(lags, default=0)
+        longest = int(max(lags.max(initial=0), (last - self.engine.carry_version).max(initial=0)))
         # A response of the cap may not have finished in a short run: extrapolate its lag from
         # the tokens per version of the responses that spanned two versions or more.
-        rates = [t / s for it in self.iters for s, t in zip(it.staleness, it.lagged_tokens) if s >= 2]
-        if rates:
+        spanned = lags >= 2
+        if spanned.any():
+            rates = tokens[spanned] / lags[spanned]  # float64 division of exact integers, as t / s
             longest = max(longest, math.ceil(self.cap / float(np.median(rates))))
         return longest + self.mode.bound_staleness(self.colocated_switch) + 1
 

@@ -519,6 +519,9 @@ class Replica:
         if self.wave and self.wave_left == 0:
             self._join_wave()
         bk, S = self.book, self.S
+        if self.log is None and bk.done_log is None:
+            self._settle_all(S)
+            return
         while self.heap:
             s, order, i = heapq.heappop(self.heap)
             if bk.status[i] != DECODING or bk.order[i] != order:
@@ -528,6 +531,50 @@ class Replica:
                 self._finish(i)
             else:
                 bk.status[i] = WAITING
+
+    def _settle_all(self, S: int) -> None:
+        """:meth:`settle_stopped`'s loop when nothing records the order of finishes (no run
+        log, no group gate): every decoding request leaves at once, so the heap is read as a
+        list instead of popped (each live entry once, whatever the order: a stale entry's
+        request is no longer decoding under that join order), with :meth:`_leave`,
+        ``_release_group`` and :meth:`_finish` written inline; the counts are sums, the same
+        in any order (a group's members share its prompt)."""
+        bk, t, sharing, resident = self.book, self.t, self.sharing, self.group_resident
+        status, order_of, join_step, generated = bk.status, bk.order, bk.join_step, bk.generated
+        prompt, private_kv, group, response, finish_s = bk.prompt, bk.private_kv, bk.group, bk.response, bk.finish_s
+        left = ctx = kv = finished = 0
+        any_done = False
+        for s, order, i in self.heap:
+            if status[i] != DECODING or order_of[i] != order:
+                continue
+            j = join_step[i]
+            gen = generated[i] + S - j
+            generated[i] = gen
+            left += 1
+            ctx += prompt[i] + gen - S
+            kv += private_kv[i] - j
+            if sharing:
+                g = group[i]
+                n = resident[g] - 1
+                if n:
+                    resident[g] = n
+                else:
+                    del resident[g]
+                    kv += prompt[i]
+            if s <= S:
+                status[i] = DONE
+                finish_s[i] = t
+                finished += gen == response[i]
+                any_done = True
+            else:
+                status[i] = WAITING
+        self.heap.clear()
+        self.b -= left
+        self.ctx_fixed -= ctx
+        self.kv_fixed -= kv
+        bk.num_finished += finished
+        if any_done:
+            self.blocked = False
 
     def check(self) -> None:
         """Debug: recompute the KV in use and the batch from scratch."""

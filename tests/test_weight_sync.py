@@ -27,7 +27,10 @@ from rlperf.stages.weight_sync import (
 )
 
 QWEN7B = load_model("Qwen2.5-7B")
-NODES2 = make_cluster("h100_sxm", num_gpus=16)
+# Without the shipped load_weights walk figure (bench/bench_param_walk.py measures it): the tests
+# below set each host figure themselves
+_SHIPPED = make_cluster("h100_sxm", num_gpus=16)
+NODES2 = _SHIPPED.model_copy(update={"profile": _SHIPPED.profile.model_copy(update={"engine_load_param_walk_s": None})})
 
 
 def _single_chain(cost: StageCost) -> None:
@@ -195,3 +198,8 @@ def test_each_load_weights_call_walks_the_engine_parameters() -> None:
     assert bucketed.component("reload") == pytest.approx(math.ceil(moe.weight_bytes("bf16") / 1e9) * ck.num_engine_params * walk)
     shared = reshard_colocated(moe, cl, TrainLayout(dp=8, tp=2, zero_stage=1), EngineLayout(tp=2, replicas=8))
     assert shared.component("reload") == pytest.approx(ck.num_engine_params * walk)
+    # the shipped profile walks at its measured figure
+    shipped = broadcast_disaggregated(moe, _SHIPPED, lay, eng)
+    assert _SHIPPED.profile.engine_load_param_walk_s is not None
+    assert shipped.component("reload") == pytest.approx(
+        ck.num_tensors * ck.num_engine_params * _SHIPPED.profile.engine_load_param_walk_s)

@@ -179,7 +179,7 @@ class HardwareProfile(Spec):
     engine_load_tensor_overhead_s: OverheadSeconds | None = None
     # Host time per engine parameter tensor of one load_weights call: every call rebuilds
     # dict(named_parameters()) over the whole model (stages.weight_sync). None: nothing.
-    engine_load_param_walk_s: OverheadSeconds | None = None
+    engine_load_param_walk_s: OverheadSeconds | None = 1.83e-6
     # MoE decode with expert parallelism: the busiest rank's distinct experts read per step over
     # the uniform-routing figure (popular experts; stages.rollout_step). None: 1 (no published
     # figure, and no calibration case could identify it).

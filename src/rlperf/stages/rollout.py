@@ -336,20 +336,22 @@ def _drive(
             else:
                 touched = _submit(order[ptr:end], choose, arrived, went_to, [])
                 ptr = end
-            if cached is not None:
+            # The last requests have arrived on idle replicas: the compiled run-out applies
+            # their events too (the same as replanning them here, then running out), and
+            # resumes the cached ones first.
+            out_compiled = gate is None and ptr == n and run_out_compiled and all(r.plan is None for r in touched)
+            if cached is not None and not out_compiled:
                 _resume_cached(touched, cached)
             if gate is not None:  # groups the gate submits now, after the ones queued at the start
                 touched = _submit(gate.pop_at(t_arr), choose, arrived, went_to, touched)
-            elif ptr == n and run_out_compiled and all(r.plan is None for r in touched):
-                # The last requests have arrived on idle replicas: the compiled run-out applies
-                # their events too (the same as replanning them here, then running out).
+            elif out_compiled:
                 for r in touched:
                     r.t = max(r.t, t_arr)
                 fresh = frozenset(r.index for r in touched)
                 if t_stop == math.inf and want is None:
-                    run_out(replicas, debug, fresh)
+                    run_out(replicas, debug, fresh, cached)
                 else:
-                    t_stop = run_out_until(replicas, t_stop, want, debug, fresh)
+                    t_stop = run_out_until(replicas, t_stop, want, debug, fresh, cached)
                 break
             for r in touched:
                 if r.plan is None:

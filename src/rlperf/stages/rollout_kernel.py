@@ -51,24 +51,28 @@ class Planned:
     generated: np.ndarray  # every request's generated tokens after the runs
 
 
-def plan_to_idle(replicas: list[Replica], fresh: frozenset[int] = frozenset()) -> Planned:
+def plan_to_idle(replicas: list[Replica], fresh: frozenset[int] = frozenset(),
+                 cached: Sequence[bool] | None = None) -> Planned:
     """Plan every replica (all of one call, every request arrived, no stop) until idle, as
     :meth:`Replica.plan_out` would without draining; update the book and the replicas' step
     counts and counters (times are left to :func:`time_runs`). The replicas whose index is in
     ``fresh`` first apply the events of their current step (:meth:`Replica.events`: requests
-    were just queued on them)."""
-    return CallPlanner(replicas, fresh).run(None, apply=True)
+    were just queued on them), after resuming the requests at the head of their queues whose
+    KV is ``cached`` (one flag per request; :meth:`Replica.resume`, as
+    ``rlperf.stages.rollout._resume_cached`` does)."""
+    return CallPlanner(replicas, fresh, cached).run(None, apply=True)
 
 
 class CallPlanner:
     """One call's replicas and book as the compiled loop's arrays, planned by :meth:`run`."""
 
-    def __init__(self, replicas: list[Replica], fresh: frozenset[int]) -> None:
+    def __init__(self, replicas: list[Replica], fresh: frozenset[int], cached: Sequence[bool] | None = None) -> None:
         self.replicas = replicas
         bk: Book = replicas[0].book
         step: StepModel = replicas[0].step
         self.book = bk
         n_req = len(bk.prompt)
+        self.cached = np.zeros(n_req, np.bool_) if cached is None else np.asarray(cached, np.bool_)
         self.cols = np.array([bk.prompt, bk.response, bk.target, bk.generated, bk.status, bk.join_step,
                               bk.private_kv, bk.order], np.int64).reshape(8, n_req)
         self.group_ids, group = np.unique(np.asarray(bk.group, np.int64), return_inverse=True)
@@ -107,7 +111,7 @@ class CallPlanner:
             self.cols.copy(), self.state.copy(), self.wave_f.copy())
         ints, floats, fin, fin_run, counters, kept, kept_at = _plan_to_idle(
             cols, self.group, state, wave_f, *self.containers, self.consts, int(self.group.max(initial=0)) + 1,
-            limit, early and apply, np.zeros(16, np.int64), np.zeros(n_rep, np.int64))
+            limit, early and apply, np.zeros(16, np.int64), np.zeros(n_rep, np.int64), self.cached)
         runs = RunArrays(ints[:, 0], ints[:, 1], ints[:, 2], ints[:, 3], ints[:, 4], ints[:, 5], floats[:, 0],
                          floats[:, 1])
         planned = Planned(runs, fin, fin_run, cols[3])
@@ -182,7 +186,7 @@ def _plan_to_idle(
     cols: np.ndarray, group: np.ndarray, state: np.ndarray, wave_f: np.ndarray, waiting0: np.ndarray,
     waiting_at: np.ndarray, wave0: np.ndarray, wave_at: np.ndarray, stack0: np.ndarray, stack_at: np.ndarray,
     heap0: np.ndarray, heap_at: np.ndarray, res0: np.ndarray, res_at: np.ndarray, consts: np.ndarray, n_groups: int,
-    max_runs: np.ndarray, keep: bool, kept: np.ndarray, kept_at: np.ndarray,
+    max_runs: np.ndarray, keep: bool, kept: np.ndarray, kept_at: np.ndarray, kv_cached: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The loop of :meth:`Replica.plan_out` (``may_drain`` False, no stop) for every replica,
     one after another, with :meth:`Replica.events`, ``_join_wave``, ``_leave``, ``_finish``,
@@ -190,8 +194,10 @@ def _plan_to_idle(
     Replica ``k`` stops after ``max_runs[k]`` runs (their events applied). With ``keep``, each
     replica's state is left in ``state`` / ``wave_f`` and its queue, wave, stack, heap and
     resident groups appended to ``kept`` (five sections per replica, each a length then its
-    entries; ``kept_at[k]``: where replica ``k``'s start). Compiled by numba; plain
-    Python (slow) without it."""
+    entries; ``kept_at[k]``: where replica ``k``'s start). A replica that applies its events
+    first (``state[k, 11]``) resumes before them the requests at the head of its queue whose KV
+    is still cached (``kv_cached``, :meth:`Replica.resume`). Compiled by numba; plain Python
+    (slow) without it."""
     prompt, target, generated, status, join_step, private_kv, order_of = (
         cols[0], cols[2], cols[3], cols[4], cols[5], cols[6], cols[7])
     lin_per_token, lm_head, attn_per_pair, matmul_rate, attn_rate = consts[0], consts[1], consts[2], consts[3], consts[4]
@@ -248,6 +254,33 @@ def _plan_to_idle(
         steps = 0
         preempted = 0
         planning = state[k, 11] == 0  # 1: apply the events at the current step first
+        # ---- resume: the cached requests at the head of a fresh replica's queue join its batch
+        while not planning and n_wait > 0 and kv_cached[ring[head]]:
+            i = ring[head]
+            p, gen, g = prompt[i], generated[i], group[i]
+            shared = sharing and resident[g] > 0
+            need = (0 if shared else p) + gen
+            if n_wave > 0 or b >= max_seqs or need + b + 1 > cap - (kv_fixed + b * S):
+                break
+            head = (head + 1) % size_ring
+            n_wait -= 1
+            if sharing:
+                resident[g] += 1
+            private_kv[i] = gen + (0 if sharing else p)
+            status[i] = DECODING
+            join_step[i] = S
+            order_of[i] = next_order
+            if n_heap == hs.shape[0]:
+                hs, ho, hr = _grow(hs), _grow(ho), _grow(hr)
+            n_heap = _heap_push(hs, ho, hr, n_heap, S + target[i] - gen, next_order, i)
+            next_order += 1
+            b += 1
+            ctx_fixed += p + gen - S
+            kv_fixed += need - S
+            if n_stack == stack.shape[0]:
+                stack = _grow(stack)
+            stack[n_stack] = i
+            n_stack += 1
         runs_k = 0
         while True:
             if planning:

@@ -16,7 +16,8 @@ This builds, on the meta device (no memory), module trees shaped like vLLM's
 ``o_proj``, optional q/k norms, the parameter-less rotary and attention modules, a fused
 ``gate_up_proj`` / ``down_proj`` MLP or a ``FusedMoE`` block with its two expert tensors and a
 router), two norms per layer, final norm, LM head; and times the walk. Its parameter counts are
-:attr:`rlperf.stages.weight_sync.Checkpoint.num_engine_params` of the catalog models. Times are
+:attr:`rlperf.stages.weight_sync.Checkpoint.num_engine_params` of the catalog models it times
+(tests/test_bench_param_walk.py; DeepSeek's MLA layers are not built here). Times are
 the best CPU time (``time.process_time``) of 7 rounds of 200 walks: on a shared machine wall
 time mostly measures the neighbours. A host-CPU figure: the H20 / H100 hosts of the validation
 runs are other CPUs (a Python-bound walk scales with one core's speed).

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from tests.helpers.cli import Outcome, assert_one_line_error, files_under, invoke
 from tests.helpers.models import QWEN25_7B_CONFIG
-from tests.test_hardening_corpus import EX, OPENRLHF, SMALL, VERL
+from tests.test_hardening_corpus import EX, OPENRLHF, SMALL, VERL, simulate_refused, small, write
 
 SCALE = float(os.environ.get("RLPERF_FUZZ_SCALE", "2"))  # ~45 s in CI
 
@@ -350,3 +350,30 @@ def test_examples_still_import(kind: str) -> None:
         if f.name.startswith(kind) and f.suffix != ".overrides":  # overrides go with a YAML
             res = invoke(["import", kind, str(f)])
             assert res.code == 0, res.err
+
+
+# ------------------------------------------------------------------------------ found by hand
+
+
+@pytest.mark.parametrize("path", ["cluster.num_nodes", "workload.group_size", "workload.response_length.max_tokens",
+                                  "plan.rollout.tp", "algorithm.minibatches", "simulation.iterations"])
+def test_a_boolean_for_a_number_is_refused_naming_the_field(tmp_path: Path, path: str) -> None:
+    # Pydantic's lax mode read `num_nodes: true` as one node, silently.
+    line = simulate_refused(tmp_path, write(tmp_path / "sc.yaml", small(**{path: True})), contains=path)
+    assert "true/false" in line
+
+
+def test_a_boolean_where_a_boolean_belongs_is_still_read() -> None:
+    from rlperf.inputs.booleans import boolean_for_number
+    from rlperf.scenario import ScenarioSpec
+
+    assert boolean_for_number(ScenarioSpec, small(**{"plan.layouts.actor.packing": False, "plan.layouts.actor.tp": 1})) is None
+    assert boolean_for_number(ScenarioSpec, small(**{"plan.layouts.actor.tp": False})) == "plan.layouts.actor.tp"
+
+
+def test_a_count_the_script_computes_names_set(tmp_path: Path) -> None:
+    script = write(tmp_path / "run.sh", "GPUS=`nvidia-smi -L | wc -l`\npython3 -m verl.trainer.main_ppo "
+                   "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B trainer.n_gpus_per_node=$GPUS trainer.nnodes=1\n")
+    res = invoke(["import", "verl", str(script)], time_limit_s=30)
+    line = assert_one_line_error(res, contains="trainer.n_gpus_per_node")
+    assert "--set NAME=VALUE" in line

@@ -85,6 +85,22 @@ def test_loops_are_skipped_and_positional_defaults_used() -> None:
     assert any("'for' block" in w for w in reading.warnings)
 
 
+def test_a_trainer_inside_a_loop_is_read_from_its_first_pass() -> None:
+    # Sweep scripts launch the trainer in a loop; the first pass is what a user asks about.
+    script = ("for m in a b; do\n  for n in 4 8\n  do\n    python3 -m trainer.main m=$m n=$n\n  done\ndone\n"
+              "while true; do echo; done")
+    reading = read_launch_script(script, _is_trainer)
+    assert reading.invocation.args == ("m=a", "n=4")
+    assert any("'for' loop on line 1" in w and "m=a" in w for w in reading.warnings)
+    assert not any("'for' block on line 1 skipped" in w for w in reading.warnings)
+    assert any("'while' block" in w for w in reading.warnings)
+    assert args_of("while true; do\n  python3 -m trainer.main k=1 && break\ndone") == ("k=1",)
+
+
+def test_a_trainer_outside_loops_wins_over_one_inside() -> None:
+    assert args_of("for s in 1 2; do python3 -m trainer.main s=$s; done\npython3 -m trainer.main top=1") == ("top=1",)
+
+
 def test_no_invocation_is_one_line_error() -> None:
     with pytest.raises(SpecError, match="no trainer invocation"):
         read_launch_script("echo hello", _is_trainer)

@@ -106,6 +106,11 @@ M = TypeVar("M", bound=BaseModel)
 
 def parse(cls: type[M], data: Mapping[str, Any], where: str = "") -> M:
     """Validate ``data`` into ``cls`` at the edge; raise a one-line SpecError on failure."""
+    from rlperf.inputs.booleans import boolean_for_number
+
+    flagged = boolean_for_number(cls, data)
+    if flagged is not None:
+        raise SpecError(f"{where}: {flagged}" if where else flagged, "true/false given for a number", "a number")
     try:
         return cls.model_validate(dict(data))
     except ValidationError as err:

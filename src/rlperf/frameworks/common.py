@@ -21,6 +21,7 @@ from rlperf.algorithms.spec import KL, AlgorithmSpec
 from pydantic import ValidationError
 
 from rlperf.errors import SpecError, one_line
+from rlperf.frameworks.shell_script import NOT_RUN
 from rlperf.frameworks.report import Recorder
 from rlperf.scenario import ScenarioSpec, resolve_workload
 from rlperf.specs.lengths import LogNormalLength
@@ -224,15 +225,22 @@ def roles_in_use(spec: ScenarioSpec) -> tuple[str, ...]:
 CONFIG_INT_MAX = 2**24  # above any count, size or degree a framework config sets (tokens per GPU: ~1e6)
 
 
+def _not_a_number(key: str, what: str, value: Any) -> SpecError:
+    hint = ""
+    if isinstance(value, str) and NOT_RUN in value:
+        hint = " (a command substitution the script computes; give its variable with --set NAME=VALUE)"
+    return SpecError(key, f"expected {what}, got {value!r}{hint}")
+
+
 def as_int(key: str, value: Any, lo: int = 1, hi: int = CONFIG_INT_MAX) -> int:
     """A framework config's integer: sizes, counts and degrees are >= 1 (``lo=0`` where 0 means
     something, e.g. ZeRO stage 0); a 0 would divide by zero further on, a huge one never ends."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise SpecError(key, f"expected an integer, got {value!r}")
+        raise _not_a_number(key, "an integer", value)
     try:
         n = int(value)
     except ValueError:
-        raise SpecError(key, f"expected an integer, got {value!r}") from None
+        raise _not_a_number(key, "an integer", value) from None
     if not lo <= n <= hi:
         raise SpecError(key, f"{n} is out of range", f"{lo:,} to {hi:,}")
     return n
@@ -241,11 +249,11 @@ def as_int(key: str, value: Any, lo: int = 1, hi: int = CONFIG_INT_MAX) -> int:
 def as_float(key: str, value: Any, lo: float | None = None, hi: float | None = None) -> float:
     """A framework config's number: finite, and within ``[lo, hi]`` where given."""
     if isinstance(value, bool):
-        raise SpecError(key, f"expected a number, got {value!r}")
+        raise _not_a_number(key, "a number", value)
     try:
         x = float(value)
     except (TypeError, ValueError):
-        raise SpecError(key, f"expected a number, got {value!r}") from None
+        raise _not_a_number(key, "a number", value) from None
     if not math.isfinite(x) or (lo is not None and x < lo) or (hi is not None and x > hi):
         span = f"{lo:g} to {hi:g}" if lo is not None and hi is not None else (
             f">= {lo:g}" if lo is not None else (f"<= {hi:g}" if hi is not None else "a finite number"))

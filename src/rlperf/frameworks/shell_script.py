@@ -19,7 +19,9 @@ bash's semantics that decides that command line, without running bash (bash manu
 3. Commands: assignments (also after ``export``, ``local``, ``declare``, ``readonly``) set
    variables; ``if [ a = b ]`` / ``[[ ... ]]`` with ``=``, ``==``, ``!=``, ``-n``, ``-z`` picks
    its branch (any other test takes the ``then`` branch, with a warning); loop and ``case``
-   bodies are skipped with a warning; ``bash -c "..."`` reads its string as a script.
+   bodies are skipped with a warning, unless no command outside them launches the trainer: then
+   a loop's first pass is read (``for NAME in a b``: NAME=a), with a warning; ``bash -c "..."``
+   reads its string as a script.
 4. The invocation: the first command with ``-m <module>`` (or ``--module``) or a ``*.py`` path
    that an ``is_entry`` predicate accepts; its arguments are the words after it.
 """
@@ -37,7 +39,7 @@ from rlperf.errors import SpecError
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?(\+?)=")
 # What a command substitution reads as: one word, so that the words around it keep their places.
-_NOT_RUN = "$(...)"
+NOT_RUN = "$(...)"
 # Stand-ins for the login environment: paths only matter to us through their last component.
 _ENVIRONMENT = {"HOME": "~", "PWD": "."}
 _REDIRECT = re.compile(r"\d*(&>>|&>|>>|>&|<&|>|<<<|<)(?:(?<=&)(\d+-?|-))?")
@@ -312,16 +314,16 @@ def _dollar(text: str, i: int, shell: _Shell) -> tuple[str | list[str], int]:
     if text[i] == "`":
         end = text.find("`", i + 1)
         end = len(text) - 1 if end < 0 else end
-        shell.warn(f"command substitution {text[i : end + 1]} not run (read as {_NOT_RUN})")
-        return _NOT_RUN, end + 1
+        shell.warn(f"command substitution {text[i : end + 1]} not run (read as {NOT_RUN})")
+        return NOT_RUN, end + 1
     if text.startswith("$((", i):
         end = _matching(text, i + 1, "(", ")")
         expr = text[i + 3 : end - 1]
         return _arithmetic(expr, shell), end + 1
     if text.startswith("$(", i):
         end = _matching(text, i + 1, "(", ")")
-        shell.warn(f"command substitution {text[i : end + 1]} not run (read as {_NOT_RUN})")
-        return _NOT_RUN, end + 1
+        shell.warn(f"command substitution {text[i : end + 1]} not run (read as {NOT_RUN})")
+        return NOT_RUN, end + 1
     if text.startswith("${", i):
         end = _matching(text, i + 1, "{", "}")
         return _braced(text[i + 2 : end], shell), end + 1
@@ -439,9 +441,15 @@ def _eval(node: ast.expr) -> int:
 
 # ---------------------------------------------------------------------- commands
 def _run(text: str, shell: _Shell, is_entry: Callable[[str], bool], depth: int) -> Invocation | None:
-    commands = _commands(text)
+    return _run_commands(_commands(text), shell, is_entry, depth)
+
+
+def _run_commands(
+    commands: list[list[_Word]], shell: _Shell, is_entry: Callable[[str], bool], depth: int
+) -> Invocation | None:
     branches: list[tuple[bool, bool]] = []  # (this branch runs, some branch already ran)
     skip_until: list[str] = []
+    loops: list[tuple[list[_Word], list[list[_Word]]]] = []  # skipped loops: header, body
     for words in commands:
         head = words[0].raw
         if skip_until:
@@ -449,6 +457,10 @@ def _run(text: str, shell: _Shell, is_entry: Callable[[str], bool], depth: int) 
                 skip_until.append(_SKIPPED_BLOCKS[head])
             elif head == skip_until[-1]:
                 skip_until.pop()
+                if not skip_until:
+                    continue
+            if loops:
+                loops[-1][1].append(words)
             continue
         if head in ("then", "else", "do") and len(words) > 1:
             if head == "else":
@@ -480,9 +492,36 @@ def _run(text: str, shell: _Shell, is_entry: Callable[[str], bool], depth: int) 
         if head in _SKIPPED_BLOCKS:
             shell.warn(f"'{head}' block on line {words[0].line} skipped (its body is not run)")
             skip_until.append(_SKIPPED_BLOCKS[head])
+            if head != "case":
+                loops.append((words, []))
             continue
         found = _command(words, shell, is_entry, depth)
         if found is not None:
+            return found
+    return _first_pass_of_loops(loops, shell, is_entry, depth)
+
+
+def _first_pass_of_loops(
+    loops: list[tuple[list[_Word], list[list[_Word]]]], shell: _Shell, is_entry: Callable[[str], bool], depth: int
+) -> Invocation | None:
+    """The trainer invoked inside a loop (a sweep over seeds or models): its first pass.
+
+    Only when no command outside a loop launches the trainer: ``for NAME in WORDS`` runs its
+    body with NAME set to the first word, ``while``/``until`` bodies run once; a warning says so.
+    """
+    for header, body in loops:
+        if header[0].raw == "for" and len(header) > 1 and _NAME.fullmatch(header[1].raw):
+            items = [t for w in header[3:] for t in _expand(w.raw, shell)] if len(header) > 2 and header[2].raw == "in" else []
+            first = items[0] if items else ""
+            shell.variables[header[1].raw] = first
+            what = f"its first pass ({header[1].raw}={first})"
+        else:
+            what = "its body once"
+        found = _run_commands(body, shell, is_entry, depth)
+        if found is not None:
+            skipped = f"'{header[0].raw}' block on line {header[0].line} skipped (its body is not run)"
+            shell.warnings[:] = [w for w in shell.warnings if w != skipped]
+            shell.warn(f"the trainer runs inside the '{header[0].raw}' loop on line {header[0].line}: read {what}")
             return found
     return None
 

@@ -240,6 +240,11 @@ def workload_from_dict(data: Any, where: str = "workload") -> Workload:
     """
     if not isinstance(data, Mapping):
         raise SpecError(where, f"expected a mapping, got {type(data).__name__}")
+    from rlperf.inputs.booleans import boolean_for_number
+
+    flagged = boolean_for_number(Workload, data, where)
+    if flagged is not None:
+        raise SpecError(flagged, "true/false given for a number", "a number")
     try:
         return Workload.model_validate(dict(data))
     except ValidationError as err:

@@ -234,8 +234,17 @@ class Estimator:
             got = self._lags[key] = self.mode(plan).expected_staleness(self.batch, shared, slots)
         return got
 
-    def estimate(self, cand: Candidate) -> Estimate:
-        """Closed-form step time of ``cand``; raises SpecError (with the reason) if infeasible."""
+    def floor(self, cand: Candidate) -> Estimate:
+        """:meth:`estimate` without the forward passes and updates (its rollout, weight sync and
+        phase switches alone): never above the estimate, as every mode's closed form grows with
+        each part (rlperf.modes.Mode.compose_step), and it needs no stage cost of a training
+        layout, the most of an estimate's cost (memoized per layout and pool). The search
+        estimates a plan only once this floor could beat the best estimate so far."""
+        return self.estimate(cand, rollout_only=True)
+
+    def estimate(self, cand: Candidate, rollout_only: bool = False) -> Estimate:
+        """Closed-form step time of ``cand``; raises SpecError (with the reason) if infeasible.
+        ``rollout_only``: :meth:`floor`."""
         sc = self.sc
         plan = cand.plan
         total = sc.cluster.num_gpus
@@ -255,7 +264,7 @@ class Estimator:
         fwd_by_pool: dict[str, float] = {}
         train_by_pool: dict[str, float] = {}
         cpu_s = 0.0
-        for st in stages:
+        for st in () if rollout_only else stages:
             if st.kind == "forward" or (st.kind == "reward" and sc.spec.algorithm.reward.kind == "model"):
                 role = st.role
                 pool = assign[role]

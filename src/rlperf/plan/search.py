@@ -244,6 +244,7 @@ class _Node:
     bound_obj: float
     estimate: Estimate | None = None
     est_obj: float = math.inf
+    floor_obj: float | None = None  # objective of Estimator.floor, once computed
 
 
 def _lag_key(n: _Node) -> tuple[int, str, str, str]:
@@ -392,16 +393,23 @@ def search(
         # Best first: estimate in order of bound while a bound is below the best estimate so
         # far (a plan whose bound exceeds it would not be simulated next anyway); the rest wait
         # for later rounds, by which time the incumbent may have pruned them.
+        # A plan whose floor (its estimate's rollout side alone: Estimator.floor) is above the
+        # best estimate waits the same way, without paying for its training layouts' costs.
         best_est = min((n.est_obj for n in live if id(n) in estimated), default=math.inf)
         for n in live:  # sorted by bound
             if n.bound_obj >= best_est:
                 break
             if id(n) in estimated:
                 continue
-            estimated.add(id(n))
             try:
+                if n.floor_obj is None:
+                    n.floor_obj = obj(PlanEvaluation(n.cand.label, n.cand.plan, n.gpus, ests[n.gpus].floor(n.cand), None, "search"))
+                if n.floor_obj > best_est:  # ties estimated: a rollout-bound plan's floor is its estimate
+                    continue
+                estimated.add(id(n))
                 e = ests[n.gpus].estimate(n.cand)
             except SpecError as err:
+                estimated.add(id(n))
                 rejected.append(Rejected(f"{n.gpus} GPUs | {n.cand.label}", str(err)))
                 continue
             n.estimate = e

@@ -50,10 +50,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlperf.plan.estimate import Estimator
+from rlperf.plan.estimate import Estimator, PoolWork
 from rlperf.plan.space import Candidate
 from rlperf.scenario import Scenario
 from rlperf.specs.parallel import EngineLayout
+from rlperf.specs.plan import Plan
 from rlperf.stages.rollout import solo_times_s
 from rlperf.stages.rollout_step import StepModel
 
@@ -163,6 +164,11 @@ class Bounder:
                     upd[pool] = upd.get(pool, 0.0) + self._role_terms(st.role, it)[1]
             got = self._pools[key] = (fwd, upd)
         return got
+
+    def training_work(self, plan: Plan) -> PoolWork:
+        """(forward, update) device-seconds per pool of ``plan`` on the fast estimate's sample
+        (iteration 0: rlperf.plan.estimate.Estimator.floor)."""
+        return self._pool_terms(self.est.placed(plan)[1], 0)
 
     def bound(self, cand: Candidate) -> PlanBound:
         """The smallest of the per-iteration bounds over the iterations the simulator averages

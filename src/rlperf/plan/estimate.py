@@ -43,6 +43,10 @@ from rlperf.specs.plan import ExecutionMode, Plan
 from rlperf.stages.base import StageCost
 
 
+# Device-seconds of (forward passes, updates) per pool name.
+PoolWork = tuple[dict[str, float], dict[str, float]]
+
+
 def pool_sizes(plan: Plan, total_gpus: int) -> tuple[dict[str, int], dict[str, str]]:
     """(GPUs of each pool, pool of each placement key) of ``plan`` on ``total_gpus``."""
     pools, assign = plan.placement.resolve(total_gpus)
@@ -234,17 +238,20 @@ class Estimator:
             got = self._lags[key] = self.mode(plan).expected_staleness(self.batch, shared, slots)
         return got
 
-    def floor(self, cand: Candidate) -> Estimate:
-        """:meth:`estimate` without the forward passes and updates (its rollout, weight sync and
-        phase switches alone): never above the estimate, as every mode's closed form grows with
-        each part (rlperf.modes.Mode.compose_step), and it needs no stage cost of a training
-        layout, the most of an estimate's cost (memoized per layout and pool). The search
-        estimates a plan only once this floor could beat the best estimate so far."""
-        return self.estimate(cand, rollout_only=True)
+    def floor(self, cand: Candidate, training: PoolWork = ({}, {})) -> Estimate:
+        """:meth:`estimate` with its forward passes and updates at ``training`` (device-seconds
+        of (forward passes, updates) per pool, at most what their stage costs give: the bound's
+        weight-matmul FLOPs at the large-GEMM rate, rlperf.plan.bound.Bounder.training_work, on
+        this estimate's sample) and no CPU reward: never above the estimate, as every mode's
+        closed form grows with each part (rlperf.modes.Mode.compose_step), and it needs no stage
+        cost of a training layout, the most of an estimate's cost (memoized per layout and
+        pool). The search estimates a plan only once this floor could beat the best estimate so
+        far."""
+        return self.estimate(cand, training)
 
-    def estimate(self, cand: Candidate, rollout_only: bool = False) -> Estimate:
+    def estimate(self, cand: Candidate, floor: PoolWork | None = None) -> Estimate:
         """Closed-form step time of ``cand``; raises SpecError (with the reason) if infeasible.
-        ``rollout_only``: :meth:`floor`."""
+        ``floor``: the training work of :meth:`floor` instead of the stage costs."""
         sc = self.sc
         plan = cand.plan
         total = sc.cluster.num_gpus
@@ -264,7 +271,10 @@ class Estimator:
         fwd_by_pool: dict[str, float] = {}
         train_by_pool: dict[str, float] = {}
         cpu_s = 0.0
-        for st in () if rollout_only else stages:
+        if floor is not None:
+            fwd_by_pool = {p: w / size[p] for p, w in floor[0].items()}
+            train_by_pool = {p: w / size[p] for p, w in floor[1].items()}
+        for st in () if floor is not None else stages:
             if st.kind == "forward" or (st.kind == "reward" and sc.spec.algorithm.reward.kind == "model"):
                 role = st.role
                 pool = assign[role]

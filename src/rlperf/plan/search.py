@@ -299,12 +299,13 @@ def search(
     nodes: list[_Node] = []
     subs: dict[int, Scenario] = {}
     ests: dict[int, Estimator] = {}
+    bounders: dict[int, Bounder] = {}
     considered = 0
     deferred: list[_Node] = []
     for g in sizes:
         sub = subs[g] = resized(sc, g)
         est = ests[g] = Estimator(sub)
-        bounder = Bounder(sub, est)
+        bounder = bounders[g] = Bounder(sub, est)
         for c in enumerate_candidates(sub, opts):
             considered += 1
             if isinstance(c, Rejected):
@@ -393,8 +394,8 @@ def search(
         # Best first: estimate in order of bound while a bound is below the best estimate so
         # far (a plan whose bound exceeds it would not be simulated next anyway); the rest wait
         # for later rounds, by which time the incumbent may have pruned them.
-        # A plan whose floor (its estimate's rollout side alone: Estimator.floor) is above the
-        # best estimate waits the same way, without paying for its training layouts' costs.
+        # A plan whose floor (its estimate with the bound's training work: Estimator.floor) is
+        # above the best estimate waits the same way, without paying for its layouts' costs.
         best_est = min((n.est_obj for n in live if id(n) in estimated), default=math.inf)
         for n in live:  # sorted by bound
             if n.bound_obj >= best_est:
@@ -403,7 +404,8 @@ def search(
                 continue
             try:
                 if n.floor_obj is None:
-                    n.floor_obj = obj(PlanEvaluation(n.cand.label, n.cand.plan, n.gpus, ests[n.gpus].floor(n.cand), None, "search"))
+                    f = ests[n.gpus].floor(n.cand, bounders[n.gpus].training_work(n.cand.plan))
+                    n.floor_obj = obj(PlanEvaluation(n.cand.label, n.cand.plan, n.gpus, f, None, "search"))
                 if n.floor_obj > best_est:  # ties estimated: a rollout-bound plan's floor is its estimate
                     continue
                 estimated.add(id(n))

@@ -377,3 +377,21 @@ def test_a_count_the_script_computes_names_set(tmp_path: Path) -> None:
     res = invoke(["import", "verl", str(script)], time_limit_s=30)
     line = assert_one_line_error(res, contains="trainer.n_gpus_per_node")
     assert "--set NAME=VALUE" in line
+
+
+@pytest.mark.parametrize("kind, script", [
+    ("verl", "NNODES=${SLURM_JOB_NUM_NODES}\npython3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B "
+             "trainer.n_gpus_per_node=8 trainer.nnodes=\"${NNODES}\"\n"),
+    ("openrlhf", "python3 -m openrlhf.cli.train_ppo_ray --pretrain Qwen/Qwen2.5-0.5B --remote_rm_url http://rm "
+                 "--actor_num_nodes 1 --actor_num_gpus_per_node 8 --generate_max_len $SLURM_JOB_NUM_NODES\n"),
+])
+def test_a_value_from_an_unset_variable_names_it(tmp_path: Path, kind: str, script: str) -> None:
+    res = invoke(["import", kind, str(write(tmp_path / "run.sh", script))], time_limit_s=30)
+    assert "--set SLURM_JOB_NUM_NODES=VALUE" in assert_one_line_error(res)
+
+
+def test_more_minibatches_than_responses_names_the_scenario_key(tmp_path: Path) -> None:
+    # It was refused deep in the simulator as `num_minibatches`, a name the file does not have.
+    line = simulate_refused(tmp_path, write(tmp_path / "sc.yaml", small(**{"algorithm.minibatches": 65})),
+                            contains="algorithm.minibatches")
+    assert "64 responses" in line

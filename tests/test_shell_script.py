@@ -101,6 +101,22 @@ def test_a_trainer_outside_loops_wins_over_one_inside() -> None:
     assert args_of("for s in 1 2; do python3 -m trainer.main s=$s; done\npython3 -m trainer.main top=1") == ("top=1",)
 
 
+def test_a_line_continued_inside_double_quotes_joins() -> None:
+    # verl's gspo/sapo examples build override lists as "a=1 \\<newline> b=2"; bash drops the \\<newline>.
+    assert args_of('A="x=1 \\\n    y=2"\npython3 -m trainer.main $A') == ("x=1", "y=2")
+
+
+def test_values_from_unset_variables_are_traced_to_them() -> None:
+    script = ("N=${SLURM_NNODES}\nARR=(\n  k=$(((4 + 4) / sp))\n)\n"
+              "python3 -m trainer.main n=$N ${ARR[@]} --nodes $M s=${SET:-1}")
+    reading = read_launch_script(script, _is_trainer)
+    assert dict(reading.unset) == {"n": ("SLURM_NNODES",), "k": ("sp",), "nodes": ("M",)}
+    line = str(reading.explain(SpecError("trainer.n", "x")))
+    assert line == "trainer.n: x"  # a field no unset variable went into is left alone
+    line = str(reading.explain(SpecError("--nodes", "expected an integer, got ''")))
+    assert "$M" in line and "--set M=VALUE" in line
+
+
 def test_no_invocation_is_one_line_error() -> None:
     with pytest.raises(SpecError, match="no trainer invocation"):
         read_launch_script("echo hello", _is_trainer)
@@ -115,3 +131,13 @@ def test_words_match_bash(word: str) -> None:
     setup = "H=/home/u\nH2=7\narr=(one 'two three' four)\n"
     out = subprocess.run(["bash", "-c", f"{setup}printf '%s\\n' {word}"], capture_output=True, text=True, timeout=10, check=True)
     assert tuple(out.stdout.splitlines()) == args_of(f"{setup}python -m trainer.main {word}")
+
+
+@pytest.mark.parametrize("token, runs_verl", [
+    ("verl.trainer.main_ppo", True), ("recipe.dapo.main_dapo", True), ("main_ppo_split.py", True),
+    ("examples/split_placement/main_ppo_split.py", True), ("main_ppo_split", False), ("train.py", False),
+])
+def test_verl_entry_points_include_copies_of_main_ppo(token: str, runs_verl: bool) -> None:
+    from rlperf.frameworks.verl_script import is_verl_entry
+
+    assert is_verl_entry(token) is runs_verl

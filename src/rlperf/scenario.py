@@ -166,6 +166,10 @@ def resolve(spec: ScenarioSpec) -> Scenario:
             algorithm = algorithm.with_kl(spec.algorithm.kl)
         except ValueError as err:
             raise SpecError("algorithm.kl", str(err), "none") from None
+    minibatches = spec.algorithm.minibatches
+    if minibatches is not None and minibatches > workload.num_responses:  # each needs a sequence
+        raise SpecError("algorithm.minibatches", f"{minibatches} mini-batches for {workload.num_responses} responses "
+                        "per step", f"1 to {workload.num_responses:,}")
     if spec.simulation.warmup >= spec.simulation.iterations:
         raise SpecError("simulation.warmup", f"must be < iterations ({spec.simulation.iterations})")
     return Scenario(spec, models, cluster, workload, algorithm)

@@ -10,11 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rlperf.errors import SpecError
 from rlperf.frameworks.report import ImportReport
 from rlperf.scenario import ScenarioSpec
+
+if TYPE_CHECKING:
+    from rlperf.frameworks.shell_script import ScriptReading
 
 FrameworkKind = Literal["verl", "openrlhf"]
 KINDS: tuple[FrameworkKind, ...] = ("verl", "openrlhf")
@@ -107,6 +110,7 @@ def load_framework_config(
         if isinstance(args, str) and _is_file(args):
             args = read_text(args, "config")
         warnings: tuple[str, ...] = ()
+        reading: ScriptReading | None = None
         if isinstance(args, str):  # a script: read as bash would; a bare argument list has no entry point
             from rlperf.frameworks.openrlhf_import import is_openrlhf_entry
             from rlperf.frameworks.shell_script import read_launch_script
@@ -117,9 +121,12 @@ def load_framework_config(
                 reading = None
             if reading is not None:
                 args, warnings = list(reading.invocation.args), reading.warnings
-        spec, report = import_openrlhf(
-            args, overrides, gpu=gpu, mean_response_tokens=mean_response_tokens, model_config=model_config
-        )
+        try:
+            spec, report = import_openrlhf(
+                args, overrides, gpu=gpu, mean_response_tokens=mean_response_tokens, model_config=model_config
+            )
+        except SpecError as err:
+            raise (reading.explain(err) if reading is not None else err) from None
         return spec, replace(report, warnings=warnings)
     raise SpecError("framework", f"unknown config kind {kind!r}", ", ".join(KINDS))
 

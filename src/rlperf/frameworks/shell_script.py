@@ -69,6 +69,18 @@ class ScriptReading:
 
     invocation: Invocation
     warnings: tuple[str, ...]
+    # argument key (``trainer.nnodes``, ``--actor_num_nodes``) -> the unset variables its value
+    # came from, directly or through variables assigned from them (``N=${SLURM_NNODES}``)
+    unset: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def explain(self, err: SpecError) -> SpecError:
+        """``err`` with the unset variables behind its field named (a bad value is often one)."""
+        names = self.unset.get(err.field.lstrip("+~-")) or ()
+        if not names:
+            return err
+        given = " ".join(f"{n}=VALUE" for n in names)
+        hint = f" (from {', '.join('$' + n for n in names)}, not set when the script is read: --set {given})"
+        return SpecError(err.field, err.problem + hint, err.allowed, err.source)
 
 
 @dataclass
@@ -83,6 +95,9 @@ class _Word:
 class _Shell:
     variables: dict[str, str | list[str]]
     warnings: list[str] = field(default_factory=list)
+    unset_read: list[str] = field(default_factory=list)  # unset variables read, in order
+    derived: dict[str, tuple[str, ...]] = field(default_factory=dict)  # variable -> unset ones it came from
+    unset_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def warn(self, text: str) -> None:
         if text not in self.warnings:
@@ -101,7 +116,7 @@ def read_launch_script(
     found = _run(text, shell, is_entry, 0)
     if found is None:
         raise SpecError("script", "no trainer invocation found (python -m <trainer> ..., ray job submit -- ..., deepspeed --module ...)")
-    return ScriptReading(found, tuple(shell.warnings))
+    return ScriptReading(found, tuple(shell.warnings), dict(shell.unset_args))
 
 
 # ---------------------------------------------------------------------- tokens
@@ -292,12 +307,15 @@ def _expand(raw: str, shell: _Shell) -> list[str]:
 
 
 def _expand_quoted(inner: str, shell: _Shell) -> str:
-    """The text of a double-quoted string: ``$`` expanded, ``\\`` before ``$ ` " \\`` removed."""
+    """The text of a double-quoted string: ``$`` expanded, ``\\`` before ``$ ` " \\`` removed,
+    ``\\<newline>`` removed (a line continued inside the quotes)."""
     out: list[str] = []
     i, n = 0, len(inner)
     while i < n:
         c = inner[i]
-        if c == "\\" and i + 1 < n and inner[i + 1] in '$`"\\':
+        if c == "\\" and i + 1 < n and inner[i + 1] == "\n":
+            i += 2
+        elif c == "\\" and i + 1 < n and inner[i + 1] in '$`"\\':
             out.append(inner[i + 1])
             i += 2
         elif c in "$`":
@@ -338,9 +356,11 @@ def _dollar(text: str, i: int, shell: _Shell) -> tuple[str | list[str], int]:
 
 def _value(name: str, shell: _Shell, *, warn: bool = True) -> str | list[str]:
     value = shell.variables.get(name)
+    shell.unset_read.extend(shell.derived.get(name, ()))
     if value is None:
         if warn:
             shell.warn(f"variable {name} is not set (read as empty; --set {name}=VALUE gives it)")
+            shell.unset_read.append(name)
         return ""
     return value[0] if isinstance(value, list) and value else value
 
@@ -412,7 +432,10 @@ def _arithmetic(expr: str, shell: _Shell) -> str:
     """``$((expr))`` over integers; names are variables (unset: 0); bash's ``/`` truncates."""
 
     def name_value(m: re.Match[str]) -> str:
-        value = _value(m.group(1) or m.group(0), shell, warn=False)
+        name = m.group(1) or m.group(0)
+        if name not in shell.variables:  # 0 in bash, but a value that depends on it is likely wrong
+            shell.unset_read.append(name)
+        value = _value(name, shell, warn=False)
         text = value[0] if isinstance(value, list) else value
         return f"({text.strip() or '0'})"
 
@@ -541,7 +564,7 @@ def _command(words: list[_Word], shell: _Shell, is_entry: Callable[[str], bool],
     tokens: list[str] = []
     size = 0
     for w in words[i:]:
-        expanded = _expand(w.raw, shell)
+        expanded = _expand_arg(w.raw, shell, tokens)
         tokens.extend(expanded)
         size += sum(len(t) + 1 for t in expanded)
         if size > _MAX_VALUE_CHARS:
@@ -559,6 +582,20 @@ def _command(words: list[_Word], shell: _Shell, is_entry: Callable[[str], bool],
     return None
 
 
+def _expand_arg(raw: str, shell: _Shell, before: list[str]) -> list[str]:
+    """:func:`_expand` of an argument, noting the unset variables its value came from under its
+    key (``key=value``, or the option before it: ``--nodes $N``)."""
+    start = len(shell.unset_read)
+    expanded = _expand(raw, shell)
+    came_from = tuple(dict.fromkeys(shell.unset_read[start:]))
+    if came_from:
+        tok = expanded[0] if expanded else ""
+        key = tok.split("=", 1)[0] if "=" in tok else (before[-1] if before else "")
+        if key:
+            shell.unset_args[key.lstrip("+~-")] = came_from
+    return expanded
+
+
 def _assign(raw: str, shell: _Shell) -> bool:
     """Run ``raw`` if it is an assignment (``a=x``, ``a+=x``, ``a=(x y)``, ``a[i]=x``)."""
     m = _ASSIGN.match(raw)
@@ -566,8 +603,20 @@ def _assign(raw: str, shell: _Shell) -> bool:
         return False
     name, index, append = m.group(1), m.group(2), m.group(3)
     rest = raw[m.end() :]
+    start = len(shell.unset_read)
+    try:
+        return _assign_value(name, index, append, rest, shell)
+    finally:
+        came_from = tuple(dict.fromkeys(shell.unset_read[start:]))
+        if came_from:
+            shell.derived[name] = came_from
+        elif not append:
+            shell.derived.pop(name, None)
+
+
+def _assign_value(name: str, index: str | None, append: str, rest: str, shell: _Shell) -> bool:
     if rest.startswith("(") and rest.endswith(")") and index is None:
-        items = [t for w in _commands(rest[1:-1]) for word in w for t in _expand(word.raw, shell)]
+        items = [t for w in _commands(rest[1:-1]) for word in w for t in _expand_arg(word.raw, shell, [])]
         old = shell.variables.get(name, [])
         base = (old if isinstance(old, list) else [old]) if append else []
         shell.variables[name] = base + items

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rlperf.frameworks.report import ImportReport
+from rlperf.errors import SpecError
 from rlperf.frameworks.shell_script import read_launch_script
 from rlperf.scenario import ScenarioSpec
 
@@ -45,7 +46,7 @@ def is_verl_entry(token: str) -> bool:
     module = token.removesuffix(".py").replace("/", ".").lstrip(".")
     return any(module == m or module.endswith("." + m) for m in ENTRY_MODULES) or (
         module.startswith(("verl.", "recipe.")) and module.rsplit(".", 1)[-1].startswith("main_")
-    )
+    ) or (token.endswith(".py") and module.rsplit(".", 1)[-1].startswith("main_ppo"))  # a copy, e.g. main_ppo_split.py
 
 
 @dataclass(frozen=True)
@@ -123,14 +124,17 @@ def import_verl_script(
 
     p = Path(path)
     reading = read_launch_script(read_text(p, "script"), is_verl_entry, env)
-    inv = parse_invocation(reading.invocation.entry, reading.invocation.args, p.parent)
-    spec, report = import_verl(
-        inv.base_tree(),
-        [*inv.overrides, *overrides],
-        gpu=gpu,
-        mean_response_tokens=mean_response_tokens,
-        recipe=inv.recipe(),
-        source=f"{p.name} ({inv.entry}, config {inv.config_name})",
-        model_config=model_config,
-    )
+    try:
+        inv = parse_invocation(reading.invocation.entry, reading.invocation.args, p.parent)
+        spec, report = import_verl(
+            inv.base_tree(),
+            [*inv.overrides, *overrides],
+            gpu=gpu,
+            mean_response_tokens=mean_response_tokens,
+            recipe=inv.recipe(),
+            source=f"{p.name} ({inv.entry}, config {inv.config_name})",
+            model_config=model_config,
+        )
+    except SpecError as err:
+        raise reading.explain(err) from None
     return spec, replace(report, warnings=reading.warnings)

@@ -170,3 +170,17 @@ def test_packing_samples_maps_to_packing_and_round_trips() -> None:
     for spec in (padded, packed):
         again, _ = load_framework_config("openrlhf", export_openrlhf(spec).args, [])
         assert again.plan.layouts["actor"].packing == spec.plan.layouts["actor"].packing
+
+
+def test_scripts_of_old_versions_forks_and_other_trainers() -> None:
+    # Before v0.4 the trainer was examples/train_ppo_ray.py; forks keep the name (simpleRL's
+    # train_ppo_ray_box.py); a model path in the Hugging Face cache names its hub id.
+    cached = "/hf/models--Qwen--Qwen2.5-7B/snapshots/b1013"
+    for entry in ("examples/train_ppo_ray.py", "openrlhf/cli/train_ppo_ray_box.py"):
+        spec, _ = load_framework_config(
+            "openrlhf", f"H=/x\nsrun bash -c \"python3 {entry} --pretrain {cached} --remote_rm_url http://x\"\n", [])
+        assert spec.model == "Qwen2.5-7B"
+    # The DeepSpeed trainer without Ray is another program: named, not read as stray values.
+    script = "set -x\nif [[ ${1} != slurm ]]; then\n  deepspeed --module openrlhf.cli.train_ppo --pretrain x\nfi\n"
+    with pytest.raises(SpecError, match=r"script: runs openrlhf.cli.train_ppo, not OpenRLHF's Ray PPO trainer"):
+        load_framework_config("openrlhf", script, [])

@@ -37,6 +37,7 @@ from rlperf.specs.workload_presets import (
 )
 
 TRAIN_ROLES = ("actor", "critic", "ref", "reward_model", "prm")
+_HF_CACHE = re.compile(r"models--([^/]+?)--([^/]+)(?:/snapshots/[^/]*)?$")
 
 
 def catalog_model(key: str, value: Any, rec: Recorder) -> str:
@@ -48,6 +49,10 @@ def catalog_model(key: str, value: Any, rec: Recorder) -> str:
     if (Path(text).expanduser() / "config.json").is_file():
         rec.map(key, value, "model (local config.json)")
         return text
+    # The Hugging Face cache's layout: .../models--<org>--<name>/snapshots/<commit>.
+    cached = _HF_CACHE.search(text)
+    if cached:
+        text = f"{cached.group(1)}/{cached.group(2)}"
     # A published alias of a catalog entry keeps its own name (an export then says what the
     # user wrote: DeepSeek-V3, not the entry with its shapes, DeepSeek-R1).
     alias = next((a for a in ALIASES if a.lower() == text.rsplit("/", 1)[-1].lower()), None)

@@ -117,8 +117,9 @@ def load_framework_config(
 
             try:
                 reading = read_launch_script(args, is_openrlhf_entry, env)
-            except SpecError:
-                reading = None
+            except SpecError as err:
+                if not _bare_command_line(args):
+                    raise _other_trainer(args, env) or err from None
             if reading is not None:
                 args, warnings = list(reading.invocation.args), reading.warnings
         try:
@@ -129,6 +130,28 @@ def load_framework_config(
             raise (reading.explain(err) if reading is not None else err) from None
         return spec, replace(report, warnings=warnings)
     raise SpecError("framework", f"unknown config kind {kind!r}", ", ".join(KINDS))
+
+
+def _bare_command_line(text: str) -> bool:
+    """Whether ``text`` is a command line rather than a script: its first word is an option, or
+    it names the trainer (read then by ``split_args``)."""
+    from rlperf.frameworks.openrlhf_import import ENTRY
+
+    words = [w for ln in text.splitlines() if not ln.lstrip().startswith("#") for w in ln.split()]
+    return not words or words[0].startswith("-") or any(w.endswith((ENTRY, "train_ppo_ray.py")) for w in words)
+
+
+def _other_trainer(text: str, env: Mapping[str, str] | None) -> SpecError | None:
+    """A script that launches another OpenRLHF trainer (e.g. ``openrlhf.cli.train_ppo``, PPO
+    without Ray and vLLM): an error naming it."""
+    from rlperf.frameworks.openrlhf_import import ENTRY
+    from rlperf.frameworks.shell_script import read_launch_script
+
+    try:
+        entry = read_launch_script(text, lambda t: "openrlhf" in t.replace("/", "."), env).invocation.entry
+    except SpecError:
+        return None
+    return SpecError("script", f"runs {entry}, not OpenRLHF's Ray PPO trainer", ENTRY)
 
 
 def _is_file(text: str) -> bool:

@@ -80,8 +80,10 @@ SOURCE_KEYS = {
 
 
 def is_openrlhf_entry(token: str) -> bool:
-    """Whether ``token`` runs OpenRLHF's PPO trainer (module name or path to its file)."""
-    return token.removesuffix(".py").replace("/", ".").endswith(ENTRY)
+    """Whether ``token`` runs OpenRLHF's PPO trainer (module name or path to its file; before
+    v0.4 it was ``examples/train_ppo_ray.py``, and forks keep the name, e.g. ``train_ppo_ray_box.py``)."""
+    module = token.removesuffix(".py").replace("/", ".")
+    return module.endswith(ENTRY) or (token.endswith(".py") and module.rsplit(".", 1)[-1].startswith("train_ppo_ray"))
 
 
 def split_args(args: str | Sequence[str]) -> list[str]:

@@ -28,7 +28,7 @@ from rlperf.errors import SpecError
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout, check_engine_layout
-from rlperf.stages.rollout_engine import Book, Replica, ReplicaStats
+from rlperf.stages.rollout_engine import Book, BookArrays, Replica, ReplicaStats
 from rlperf.stages.rollout_groups import GroupGate
 from rlperf.stages.rollout_requests import RolloutOptions, RolloutRequests
 from rlperf.stages.rollout_runout import compiled, run_out, run_out_until
@@ -108,7 +108,9 @@ def simulate_rollout(
         for r in range(layout.replicas)
     ]
     replica_of = np.full(requests.num_requests, -1, np.int64)
-    t_stop = _drive(replicas, book, requests, opts, replica_of)
+    initial = BookArrays(requests.prompt_tokens, requests.response_tokens, target, requests.already_generated,
+                         requests.group_id)
+    t_stop = _drive(replicas, book, requests, opts, replica_of, initial)
     stats = [r.stats for r in replicas]
     return _result(step, layout, requests, target, stats, np.array(book.finish_s), np.array(book.generated, np.int64),
                    replica_of, t_stop)
@@ -257,10 +259,12 @@ def _drive(
     requests: RolloutRequests,
     opts: RolloutOptions,
     replica_of: np.ndarray,
+    initial: BookArrays | None = None,
 ) -> float:
     """Run the replicas in global time order; return the stop time (inf if none). With group
     admission (:mod:`rlperf.stages.rollout_groups`) the requests of a group arrive when the
-    driver submits it, and finishes are reported to the gate as they happen."""
+    driver submits it, and finishes are reported to the gate as they happen. ``initial``: the
+    book's arrays as built, which the compiled run-out reads when it plans the first arrivals."""
     choose = _dispatcher(requests, opts, replicas)
     slots = _round_robin_slots(requests.group_id, len(replicas)) if opts.dispatch == "round_robin" else None
     arrival = requests.arrival_s
@@ -326,6 +330,7 @@ def _drive(
         if t_next > t_stop or t_next == math.inf:
             break
         if t_arr <= t_rep:
+            as_built = initial if ptr == 0 else None  # nothing has arrived, so nothing has run
             end = bisect_right(arrival_sorted, t_arr, ptr)  # the requests arriving now
             if slots is not None and end - ptr > 16:  # many at once (every request at t = 0)
                 ids = order_arr[ptr:end]
@@ -349,9 +354,9 @@ def _drive(
                     r.t = max(r.t, t_arr)
                 fresh = frozenset(r.index for r in touched)
                 if t_stop == math.inf and want is None:
-                    run_out(replicas, debug, fresh, cached)
+                    run_out(replicas, debug, fresh, cached, as_built)
                 else:
-                    t_stop = run_out_until(replicas, t_stop, want, debug, fresh, cached)
+                    t_stop = run_out_until(replicas, t_stop, want, debug, fresh, cached, as_built)
                 break
             for r in touched:
                 if r.plan is None:

@@ -75,6 +75,19 @@ class Book:
         self.done_log: list[int] | None = None
 
 
+@dataclass(frozen=True)
+class BookArrays:
+    """A call's :class:`Book` as arrays, as it was built (nothing run yet): the compiled
+    run-out (rlperf.stages.rollout_kernel.CallPlanner) takes its columns from here instead of
+    converting the book's lists (they hold the same values)."""
+
+    prompt: np.ndarray
+    response: np.ndarray
+    target: np.ndarray
+    generated: np.ndarray
+    group: np.ndarray
+
+
 @dataclass
 class ReplicaStats:
     """What one replica did (accumulated over its runs of steps)."""

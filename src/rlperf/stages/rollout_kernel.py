@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rlperf.stages.jit import COMPILED, jit
-from rlperf.stages.rollout_engine import DECODING, DONE, PREFILL, WAITING, Book, Replica, RunArrays
+from rlperf.stages.rollout_engine import DECODING, DONE, PREFILL, WAITING, Book, BookArrays, Replica, RunArrays
 
 if TYPE_CHECKING:
     from rlperf.stages.rollout_step import StepModel
@@ -52,30 +52,40 @@ class Planned:
 
 
 def plan_to_idle(replicas: list[Replica], fresh: frozenset[int] = frozenset(),
-                 cached: Sequence[bool] | None = None) -> Planned:
+                 cached: Sequence[bool] | None = None, initial: BookArrays | None = None) -> Planned:
     """Plan every replica (all of one call, every request arrived, no stop) until idle, as
     :meth:`Replica.plan_out` would without draining; update the book and the replicas' step
     counts and counters (times are left to :func:`time_runs`). The replicas whose index is in
     ``fresh`` first apply the events of their current step (:meth:`Replica.events`: requests
     were just queued on them), after resuming the requests at the head of their queues whose
     KV is ``cached`` (one flag per request; :meth:`Replica.resume`, as
-    ``rlperf.stages.rollout._resume_cached`` does)."""
-    return CallPlanner(replicas, fresh, cached).run(None, apply=True)
+    ``rlperf.stages.rollout._resume_cached`` does). ``initial``: the book's arrays when nothing
+    has run yet."""
+    return CallPlanner(replicas, fresh, cached, initial).run(None, apply=True)
 
 
 class CallPlanner:
     """One call's replicas and book as the compiled loop's arrays, planned by :meth:`run`."""
 
-    def __init__(self, replicas: list[Replica], fresh: frozenset[int], cached: Sequence[bool] | None = None) -> None:
+    def __init__(self, replicas: list[Replica], fresh: frozenset[int], cached: Sequence[bool] | None = None,
+                 initial: BookArrays | None = None) -> None:
         self.replicas = replicas
         bk: Book = replicas[0].book
         step: StepModel = replicas[0].step
         self.book = bk
         n_req = len(bk.prompt)
         self.cached = np.zeros(n_req, np.bool_) if cached is None else np.asarray(cached, np.bool_)
-        self.cols = np.array([bk.prompt, bk.response, bk.target, bk.generated, bk.status, bk.join_step,
-                              bk.private_kv, bk.order], np.int64).reshape(8, n_req)
-        self.group_ids, group = np.unique(np.asarray(bk.group, np.int64), return_inverse=True)
+        if initial is None:
+            self.cols = np.array([bk.prompt, bk.response, bk.target, bk.generated, bk.status, bk.join_step,
+                                  bk.private_kv, bk.order], np.int64).reshape(8, n_req)
+            group_of = np.asarray(bk.group, np.int64)
+        else:  # as built: every request waiting, nothing joined (status, join step, KV and order 0)
+            self.cols = np.zeros((8, n_req), np.int64)
+            for row, col in enumerate((initial.prompt, initial.response, initial.target, initial.generated)):
+                self.cols[row] = col
+            group_of = np.asarray(initial.group, np.int64)
+        assert WAITING == 0
+        self.group_ids, group = np.unique(group_of, return_inverse=True)
         self.group = np.ascontiguousarray(group.reshape(-1), np.int64)
         self.state = np.array([[r.S, r.b, r.ctx_fixed, r.kv_fixed, r.wave_left, int(r.blocked), r.next_order, r.cap,
                                 r.max_seqs, r.budget, int(r.sharing), int(r.index in fresh)] for r in replicas],

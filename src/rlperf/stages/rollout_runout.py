@@ -37,6 +37,7 @@ import numpy as np
 from rlperf.stages.rollout_engine import DECODING, DONE, Replica, RunArrays, RunLog, run_totals
 
 if TYPE_CHECKING:
+    from rlperf.stages.rollout_engine import BookArrays
     from rlperf.stages.rollout_kernel import Planned
 
 
@@ -64,19 +65,20 @@ def compiled() -> bool:
 
 
 def run_out(replicas: list[Replica], debug: bool = False, fresh: frozenset[int] = frozenset(),
-            cached: list[bool] | None = None) -> None:
+            cached: list[bool] | None = None, initial: BookArrays | None = None) -> None:
     """Run every replica with a planned run until idle (``debug``: check the invariants at
     every event). The replicas whose index is in ``fresh`` (only with :func:`compiled`) have
     requests just queued and no plan yet: they apply their events first, as
     :meth:`Replica.events` would, after resuming the requests at the head of their queues
-    whose KV is ``cached`` (rlperf.stages.rollout_kernel.plan_to_idle)."""
+    whose KV is ``cached`` (``initial``: the book's arrays when nothing has run yet;
+    rlperf.stages.rollout_kernel.plan_to_idle)."""
     active = [r for r in replicas if r.plan is not None or r.index in fresh]
     if not active:
         return
     if not debug and compiled():
         from rlperf.stages.rollout_kernel import plan_to_idle
 
-        time_planned(active, plan_to_idle(active, fresh, cached))
+        time_planned(active, plan_to_idle(active, fresh, cached, initial))
         return
     assert not fresh and cached is None
     for r in active:
@@ -108,7 +110,8 @@ STOP_BATCH_RUNS = 1024
 
 
 def run_out_until(replicas: list[Replica], t_stop: float, want: int | None, debug: bool = False,
-                  fresh: frozenset[int] = frozenset(), cached: list[bool] | None = None) -> float:
+                  fresh: frozenset[int] = frozenset(), cached: list[bool] | None = None,
+                  initial: BookArrays | None = None) -> float:
     """Run the replicas (every request arrived) up to a stop: ``t_stop``, or the time the
     ``want``-th request has finished its whole response, whichever comes first; return it (or
     ``t_stop`` if the replicas go idle first). The replicas are left as the event-by-event
@@ -121,10 +124,11 @@ def run_out_until(replicas: list[Replica], t_stop: float, want: int | None, debu
     there. It lies after the start of every replica's last batch (the batch started at the
     earliest end of its round, and fewer than ``want`` requests had finished by then), so
     the replicas that went past it are set back to their last batch's start and plan again
-    the runs that end by it. With :func:`compiled` (``fresh`` and ``cached`` as in :func:`run_out`),
+    the runs that end by it. With :func:`compiled` (``fresh``, ``cached`` and ``initial`` as in
+    :func:`run_out`),
     :func:`_run_out_until_compiled` gives the same result."""
     if not debug and compiled():
-        return _run_out_until_compiled(replicas, t_stop, want, fresh, cached)
+        return _run_out_until_compiled(replicas, t_stop, want, fresh, cached, initial)
     assert not fresh and cached is None
     book = replicas[0].book
     need = None if want is None or book.num_finished >= want else want - book.num_finished
@@ -397,7 +401,7 @@ def _time(replicas: list[Replica], runs: RunArrays, apply: bool = True) -> np.nd
 
 
 def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | None, fresh: frozenset[int],
-                            cached: list[bool] | None = None) -> float:
+                            cached: list[bool] | None = None, initial: BookArrays | None = None) -> float:
     """:func:`run_out_until` with the compiled loop: every replica planned on copies (a dry
     run of up to :data:`DRY_RUNS` runs each, four times more until every event up to the stop
     is planned) and timed, which gives the stop; then each planned again from its state up to
@@ -410,7 +414,7 @@ def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | 
     active = [r for r in replicas if r.busy or r.index in fresh]
     if not active:
         return t_stop
-    planner = CallPlanner(active, fresh, cached)
+    planner = CallPlanner(active, fresh, cached, initial)
     response = np.asarray(book.response, np.int64)
     limit = DRY_RUNS
     while True:  # dry runs of up to ``limit`` runs per replica until the stop is known

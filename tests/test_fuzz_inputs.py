@@ -395,3 +395,13 @@ def test_more_minibatches_than_responses_names_the_scenario_key(tmp_path: Path) 
     line = simulate_refused(tmp_path, write(tmp_path / "sc.yaml", small(**{"algorithm.minibatches": 65})),
                             contains="algorithm.minibatches")
     assert "64 responses" in line
+
+
+@pytest.mark.parametrize("name", ["run.bash", "train_grpo"])
+def test_a_verl_script_without_the_sh_suffix_is_read_as_a_script(tmp_path: Path, name: str) -> None:
+    # It was read as YAML: "the document is a str".
+    script = write(tmp_path / name, "#!/bin/bash\npython3 -m verl.trainer.main_ppo actor_rollout_ref.model.path="
+                   "Qwen/Qwen2.5-0.5B trainer.n_gpus_per_node=4 trainer.nnodes=1\n")
+    res = invoke(["import", "verl", str(script)], time_limit_s=30)
+    assert res.code == 0, res.err
+    assert "model: Qwen2.5-0.5B" in res.out

@@ -7,6 +7,7 @@ scenario and the :class:`ImportReport` that lists every key that was not mapped.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -86,7 +87,7 @@ def load_framework_config(
 
         config: str | Path | Mapping[str, Any] | None
         extra = list(overrides)
-        if isinstance(path_or_args, (str, Path)) and Path(path_or_args).suffix == ".sh":
+        if isinstance(path_or_args, (str, Path)) and _is_shell_script(path_or_args):
             from rlperf.frameworks.verl_script import import_verl_script
 
             return import_verl_script(
@@ -130,6 +131,22 @@ def load_framework_config(
             raise (reading.explain(err) if reading is not None else err) from None
         return spec, replace(report, warnings=warnings)
     raise SpecError("framework", f"unknown config kind {kind!r}", ", ".join(KINDS))
+
+
+def _is_shell_script(path: str | Path) -> bool:
+    """A launch script: ``*.sh``/``*.bash``, or a file without a config's suffix that starts
+    with ``#!`` or holds ``python``/``torchrun`` (a YAML file holds neither)."""
+    p = Path(path)
+    if p.suffix in (".sh", ".bash"):
+        return True
+    if p.suffix in (".yaml", ".yml", ".json", ".overrides", ".txt") or not _is_file(str(p)):
+        return False
+    try:
+        with p.open("rb") as f:
+            head = f.read(65536)
+    except OSError:
+        return False
+    return head.startswith(b"#!") or re.search(rb"\b(python3?|torchrun|deepspeed)\b", head) is not None
 
 
 def _bare_command_line(text: str) -> bool:

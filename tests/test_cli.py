@@ -32,6 +32,12 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     (["plan", "--objective", "speed"], "--objective"),
     (["simulate", "no-such-scenario"], "scenario"),
     (["hardware", "Z100"], "gpu"),
+    # found by hand: an internal error (a 7 TiB array), a numpy message, a silent clamp to the cap
+    (["plan", *SMALL, "--steps", "1000000000000"], "--steps"),
+    (["plan", *SMALL, "--lengths", "2k,nan"], "--lengths"),
+    (["plan", *SMALL, "--lengths", "1e9"], "--lengths"),
+    (["plan", *SMALL, "--lengths", "500,5000"], "5,000 tokens is not below the response cap 1,024"),
+    (["plan", *SMALL, "--median-response", "1e300"], "1e+300 tokens"),
 ])
 def test_bad_input_is_one_line_naming_the_field(args: list[str], field: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(args, capsys)

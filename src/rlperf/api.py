@@ -243,6 +243,9 @@ def plan(
     if end_mean_response is not None and not 1 <= end_mean_response < cap:
         raise SpecError("--end-mean-response", f"{end_mean_response:,.0f} tokens is not below the response cap {cap:,}",
                         "1 <= end mean < max response")
+    for mean in lengths or ():  # a mean at or above the cap was read as the cap, silently
+        if not 1 <= mean < cap:
+            raise SpecError("--lengths", f"{mean:,.0f} tokens is not below the response cap {cap:,}", "1 <= mean < max response")
     mapper = mapper or local_mapper()
     opts = SearchOptions(max_staleness=max_staleness, top_k=top_k, objective=objective, plan_filter=preset,
                          fine_splits_at_gpus=sc.cluster.num_gpus if fine_splits else None)

@@ -85,6 +85,9 @@ def plan_cmd(
     if executor not in ("local", "ray"):
         raise SpecError("--executor", f"unknown {executor!r}", "local, ray")
     check_plan_options(nodes, gpus_per_node, prompts, group_size, max_response, max_staleness, top_k, jobs)
+    from rlperf.inputs import ranges
+
+    ranges.check_option("--steps", steps, ranges.RUN_STEPS)
     if report is not None:  # refuse a bad target now, not after the search
         from rlperf.outputs import claim, output_folder
         from rlperf.report.html import REPORT_NAME

@@ -95,6 +95,7 @@ EPOCHS = Quantity("epochs", 1, 1_000, "PPO reuses a batch 1 to 4 times; more ove
 MINIBATCHES = Quantity("mini-batches", 1, 1_048_576, "optimizer updates per epoch, at most one per response")
 ITERATIONS = Quantity("iterations", 1, 10_000, "a simulation needs a few steps to reach steady state",
                       warn_above=1_000)
+RUN_STEPS = Quantity("steps", 1, 10_000_000, "RL runs: hundreds to a few thousand optimizer steps", warn_above=100_000)
 STALENESS = Quantity("policy versions", 0, 1_024, "async RL lags by 1 to 8 policy versions", warn_above=64)
 FUSION_CHUNKS = Quantity("chunks", 1, 4_096, "stage fusion streams a rollout in a few to tens of waves",
                          warn_above=256)

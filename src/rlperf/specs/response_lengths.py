@@ -22,6 +22,7 @@ A mean or median above the cap is refused (one line): the cap would bind every r
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -75,8 +76,9 @@ def choose_response_lengths(
         raise SpecError("--max-response", f"{cap_tokens} tokens", ">= 2")
     for flag, value in (("--mean-response", mean_tokens), ("--median-response", median_tokens)):
         if value is not None and not 1 <= value < cap_tokens:
-            raise SpecError(flag, f"{value:,.0f} tokens is not below the response cap {cap_tokens:,}",
-                            f"1 <= {flag[2:]} < max response")
+            where = "below 1" if value < 1 else f"not below the response cap {cap_tokens:,}" if value >= cap_tokens else "not a number"
+            shown = f"{value:,.0f}" if abs(value) < 1e9 else f"{value:.3g}"
+            raise SpecError(flag, f"{shown} tokens is {where}", f"1 <= {flag[2:]} < max response")
     if mean_tokens is not None:
         return LengthChoice(LogNormalLength.from_mean(mean_tokens, RESPONSE_SIGMA, cap_tokens),
                             f"--mean-response {mean_tokens:,.0f} (sigma {RESPONSE_SIGMA:g})", stated=True)
@@ -110,6 +112,8 @@ def parse_token_count(text: str, field: str) -> int:
         value = float(t[:-1] if scale > 1 else t) * scale
     except ValueError:
         raise SpecError(field, f"{text!r} is not a token count", "e.g. 5000 or 5k") from None
-    if value < 1:
-        raise SpecError(field, f"{text!r} tokens", ">= 1")
+    from rlperf.inputs.ranges import TOKENS
+
+    if not math.isfinite(value) or not TOKENS.lo <= value <= TOKENS.hi:
+        raise SpecError(field, f"{text!r} tokens", TOKENS.allowed)
     return int(round(value))

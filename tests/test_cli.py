@@ -38,6 +38,7 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     (["plan", *SMALL, "--lengths", "1e9"], "--lengths"),
     (["plan", *SMALL, "--lengths", "500,5000"], "5,000 tokens is not below the response cap 1,024"),
     (["plan", *SMALL, "--median-response", "1e300"], "1e+300 tokens"),
+    (["plan", *SMALL, "--length-preset", "nonsense"], "--length-preset: unknown name"),
 ])
 def test_bad_input_is_one_line_naming_the_field(args: list[str], field: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(args, capsys)

@@ -86,7 +86,10 @@ def choose_response_lengths(
         return LengthChoice(LogNormalLength(median_tokens=median_tokens, sigma=RESPONSE_SIGMA, cap_tokens=cap_tokens),
                             f"--median-response {median_tokens:,.0f} (sigma {RESPONSE_SIGMA:g})", stated=True)
     if preset is not None:
-        p = get_workload_preset(preset)
+        try:
+            p = get_workload_preset(preset)
+        except SpecError as err:  # named after the option the user typed
+            raise SpecError("--length-preset", err.problem, err.allowed) from None
         mean = p.workload.response_length.mean_tokens()
         published = any(k == "mean_response_tokens" for k, _ in p.published)
         if not published:

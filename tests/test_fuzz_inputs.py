@@ -405,3 +405,12 @@ def test_a_verl_script_without_the_sh_suffix_is_read_as_a_script(tmp_path: Path,
     res = invoke(["import", "verl", str(script)], time_limit_s=30)
     assert res.code == 0, res.err
     assert "model: Qwen2.5-0.5B" in res.out
+
+
+@pytest.mark.parametrize("path", ["algorithm.critic_model", "algorithm.reward.model"])
+def test_an_unknown_critic_or_reward_model_names_its_key(tmp_path: Path, path: str) -> None:
+    changes: dict[str, Any] = {"algorithm.name": "PPO", path: "Nope-7B"}
+    if path == "algorithm.reward.model":
+        changes["algorithm.reward.kind"] = "model"
+    line = simulate_refused(tmp_path, write(tmp_path / "sc.yaml", small(**changes)), contains=f"{path}: unknown name")
+    assert "model:" not in line.split(path)[0]

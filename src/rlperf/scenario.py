@@ -148,9 +148,8 @@ def resolve(spec: ScenarioSpec) -> Scenario:
 
     actor = load_model(spec.model)
     models = {"actor": actor, "ref": actor, "prm": actor}
-    models["critic"] = load_model(spec.algorithm.critic_model) if spec.algorithm.critic_model else actor
-    rm = spec.algorithm.reward.model
-    models["reward_model"] = load_model(rm) if rm else actor
+    models["critic"] = _load_named(spec.algorithm.critic_model, "algorithm.critic_model") or actor
+    models["reward_model"] = _load_named(spec.algorithm.reward.model, "algorithm.reward.model") or actor
     c = spec.cluster
     nodes = c.num_nodes if c.num_gpus is None or "num_nodes" in c.model_fields_set else None
     cluster = make_cluster(c.gpu, num_gpus=c.num_gpus, num_nodes=nodes, gpus_per_node=c.gpus_per_node, profile_path=c.profile)
@@ -173,6 +172,18 @@ def resolve(spec: ScenarioSpec) -> Scenario:
     if spec.simulation.warmup >= spec.simulation.iterations:
         raise SpecError("simulation.warmup", f"must be < iterations ({spec.simulation.iterations})")
     return Scenario(spec, models, cluster, workload, algorithm)
+
+
+def _load_named(name: str | None, field: str) -> ModelSpec | None:
+    """The model ``name`` at scenario key ``field`` (an error names that key, not ``model``)."""
+    from rlperf.catalog import load_model
+
+    if not name:
+        return None
+    try:
+        return load_model(name)
+    except SpecError as err:
+        raise (SpecError(field, err.problem, err.allowed, err.source) if err.field == "model" else err) from None
 
 
 def _check_positions(models: Mapping[str, ModelSpec], workload: Workload) -> None:

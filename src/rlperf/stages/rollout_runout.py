@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rlperf.stages.rollout_engine import DECODING, DONE, Replica, RunArrays, RunLog, run_totals
+from rlperf.stages.rollout_step import Runs, StepModel
 
 if TYPE_CHECKING:
     from rlperf.stages.rollout_engine import BookArrays
@@ -345,25 +346,45 @@ def time_runs(replicas: list[Replica], drained: list[Drained]) -> None:
         offset += len(d.num_steps)
 
 
-def time_planned(replicas: list[Replica], planned: Planned) -> None:
+def time_planned(replicas: list[Replica], planned: Planned, timed: _Timed | None = None) -> None:
     """:func:`time_runs` for the runs :func:`rlperf.stages.rollout_kernel.plan_to_idle` planned
-    (already in replica order)."""
-    end_s = _time(replicas, planned.runs)
+    (already in replica order); ``timed``: their step costs, when a dry run has them."""
+    end_s = _time(replicas, planned.runs, timed=timed)
     finish_s = replicas[0].book.finish_s
     for i, v in zip(planned.finished.tolist(), end_s[planned.finished_run].tolist()):
         finish_s[i] = v
 
 
-def _time(replicas: list[Replica], runs: RunArrays, apply: bool = True) -> np.ndarray:
+@dataclass(frozen=True)
+class _Timed:
+    """The runs' closed forms and their times (one entry per run)."""
+
+    plan: Runs
+    dt: np.ndarray
+
+    @staticmethod
+    def of(step: StepModel, runs: RunArrays) -> _Timed:
+        plan = step.runs(runs.num_decode, runs.context, runs.chunk / runs.num_steps, runs.wave_s_per_token,
+                         runs.num_wave)
+        return _Timed(plan, plan.time_s(runs.num_steps))
+
+    def take(self, keep: np.ndarray) -> _Timed:
+        p = self.plan
+        return _Timed(Runs(p.c0[keep], p.c1[keep], p.m0[keep], p.m1[keep], p.floor[keep], p.fixed[keep]), self.dt[keep])
+
+
+def _time(replicas: list[Replica], runs: RunArrays, apply: bool = True, timed: _Timed | None = None) -> np.ndarray:
     """Time ``runs`` (sorted by replica, each replica's in run order; the replicas all share
     one step model) and return each run's end time; ``apply``: give each replica with runs
-    the figures :meth:`Replica.commit` would have added up run after run."""
+    the figures :meth:`Replica.commit` would have added up run after run. ``timed``: the
+    runs' step costs (:meth:`_Timed.of`), when known."""
     step = replicas[0].step
     assert all(r.step is step for r in replicas)
     rep, b, ctx, n, chunk, n_wave, wave_flops = (
         runs.replica, runs.num_decode, runs.context, runs.num_steps, runs.chunk, runs.num_wave, runs.wave_flops_per_token)
-    plan = step.runs(b, ctx, chunk / n, runs.wave_s_per_token, n_wave)
-    dt = plan.time_s(n)
+    if timed is None:
+        timed = _Timed.of(step, runs)
+    plan, dt = timed.plan, timed.dt
     bounds = np.searchsorted(rep, np.arange(len(replicas) + 1))
     counts = np.diff(bounds)
     row, col = rep, np.arange(len(n)) - np.repeat(bounds[:-1], counts) + 1  # run k of its replica: column k + 1
@@ -400,6 +421,10 @@ def _time(replicas: list[Replica], runs: RunArrays, apply: bool = True) -> np.nd
     return end_s
 
 
+def _check_same_runs(a: RunArrays, b: RunArrays) -> None:
+    assert all(np.array_equal(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(RunArrays))
+
+
 def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | None, fresh: frozenset[int],
                             cached: list[bool] | None = None, initial: BookArrays | None = None) -> float:
     """:func:`run_out_until` with the compiled loop: every replica planned on copies (a dry
@@ -419,7 +444,8 @@ def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | 
     limit = DRY_RUNS
     while True:  # dry runs of up to ``limit`` runs per replica until the stop is known
         dry = planner.run(np.full(len(active), limit, np.int64), apply=False)
-        end_s = _time(active, dry.runs, apply=False)
+        timed = _Timed.of(active[0].step, dry.runs)
+        end_s = _time(active, dry.runs, apply=False, timed=timed)
         rep = dry.runs.replica
         counts = np.bincount(rep, minlength=len(active))
         last = np.cumsum(counts) - 1
@@ -434,11 +460,19 @@ def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | 
         if stop <= known:
             break
         limit *= 4
-    if stop == math.inf:  # every replica goes idle first
-        time_planned(active, planner.run(None, apply=True))
+    # The real run plans the dry run's runs again (the loop is deterministic), each replica's
+    # first ``done[k]``, so their step costs are the dry run's.
+    if stop == math.inf:  # every replica goes idle first: the dry run planned every run
+        planned = planner.run(None, apply=True)
+        _check_same_runs(planned.runs, dry.runs)
+        time_planned(active, planned, timed)
         return t_stop
     done = np.bincount(rep[end_s <= stop], minlength=len(active))
-    time_planned(active, planner.run(done, apply=True))
+    first = np.cumsum(counts) - counts
+    keep = np.arange(len(rep)) - first[rep] < done[rep]
+    planned = planner.run(done, apply=True)
+    _check_same_runs(planned.runs, RunArrays(*(getattr(dry.runs, f.name)[keep] for f in dataclasses.fields(RunArrays))))
+    time_planned(active, planned, timed.take(keep))
     for r in replicas:
         if r.busy:
             r.plan_next()

@@ -39,6 +39,10 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     (["plan", *SMALL, "--lengths", "500,5000"], "5,000 tokens is not below the response cap 1,024"),
     (["plan", *SMALL, "--median-response", "1e300"], "1e+300 tokens"),
     (["plan", *SMALL, "--length-preset", "nonsense"], "--length-preset: unknown name"),
+    # read only by the import: without --from they were ignored, and a script planned the default
+    (["plan", *SMALL, "run.sh"], "config: is read only with --from"),
+    (["plan", *SMALL, "--model-config", "x.json"], "--model-config: is read only with --from"),
+    (["plan", *SMALL, "--set", "N=1"], "--set: is read only with --from"),
 ])
 def test_bad_input_is_one_line_naming_the_field(args: list[str], field: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(args, capsys)

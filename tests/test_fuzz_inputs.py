@@ -414,3 +414,12 @@ def test_an_unknown_critic_or_reward_model_names_its_key(tmp_path: Path, path: s
         changes["algorithm.reward.kind"] = "model"
     line = simulate_refused(tmp_path, write(tmp_path / "sc.yaml", small(**changes)), contains=f"{path}: unknown name")
     assert "model:" not in line.split(path)[0]
+
+
+def test_an_error_in_a_hardware_profile_names_that_file(tmp_path: Path) -> None:
+    # It was attributed to the scenario that names the profile.
+    prof = write(tmp_path / "prof.yaml", {"accelerator": "A100"})
+    res = invoke(["simulate", str(write(tmp_path / "sc.yaml", small(**{"cluster.profile": str(prof)}))),
+                  "--out", str(tmp_path / "out")], time_limit_s=30)
+    line = assert_one_line_error(res, contains="prof.yaml:hardware_profile.accelerator")
+    assert "sc.yaml" not in line

@@ -96,6 +96,11 @@ def plan_cmd(
     sweep = [parse_token_count(x, "--lengths") for x in lengths.split(",")] if lengths else []
     import_report = None
     resolved = None
+    if not from_kind:  # each is read by the import only: without --from it would be ignored silently
+        for flag, given in (("--override", override), ("--set", set_), ("--model-config", model_config), ("config", config)):
+            if given:
+                use = "give the config.json as --model" if flag == "--model-config" else "give --from verl|openrlhf"
+                raise SpecError(flag, "is read only with --from", use)
     if from_kind:
         if not config:
             raise SpecError("--from", "needs the framework config as an argument")

@@ -141,7 +141,10 @@ def accelerator_from_file(path: str | Path) -> Accelerator | None:
     spec = _read_user_file(p).get("accelerator")
     if not isinstance(spec, dict):
         return None
-    return parse(Accelerator, spec, where=f"{p.name}: accelerator")
+    try:
+        return parse(Accelerator, spec, where="accelerator")
+    except SpecError as err:  # the profile file's, not the scenario's that names it
+        raise err.in_source(p) from None
 
 
 def _defined_accelerator(name: str, path: str | Path | None) -> Accelerator | None:
@@ -174,6 +177,13 @@ def load_profile(accelerator_id: str, path: str | Path | None = None) -> Hardwar
     if path is None:
         return shipped
     p = Path(path)
+    try:
+        return _profile_from_file(shipped, aid, defined, p)
+    except SpecError as err:  # the profile file's, not the scenario's that names it
+        raise err.in_source(p) from None
+
+
+def _profile_from_file(shipped: HardwareProfile, aid: str, defined: Accelerator | None, p: Path) -> HardwareProfile:
     data = _read_user_file(p)
     if "profiles" in data:
         profiles = data["profiles"]

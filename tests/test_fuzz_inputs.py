@@ -423,3 +423,13 @@ def test_an_error_in_a_hardware_profile_names_that_file(tmp_path: Path) -> None:
                   "--out", str(tmp_path / "out")], time_limit_s=30)
     line = assert_one_line_error(res, contains="prof.yaml:hardware_profile.accelerator")
     assert "sc.yaml" not in line
+
+
+@pytest.mark.parametrize("override, contains", [
+    ("trainer.nnodes=100000", "trainer.nnodes: 100,000 nodes is outside"),  # was refused as "dp"
+    ("'actor_rollout_ref.rollout.n=${oc.env:N,8}'", "an interpolation rlperf does not resolve"),
+])
+def test_verl_overrides_found_by_hand(tmp_path: Path, override: str, contains: str) -> None:
+    script = write(tmp_path / "run.sh", "python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B "
+                   f"trainer.n_gpus_per_node=4 {override}\n")
+    assert_one_line_error(invoke(["import", "verl", str(script)], time_limit_s=30), contains=contains)

@@ -234,6 +234,8 @@ def _not_a_number(key: str, what: str, value: Any) -> SpecError:
     hint = ""
     if isinstance(value, str) and NOT_RUN in value:
         hint = " (a command substitution the script computes; give its variable with --set NAME=VALUE)"
+    elif isinstance(value, str) and "${" in value:  # oc.env, eval and other resolvers are not run
+        hint = " (an interpolation rlperf does not resolve; give the value itself as an override)"
     return SpecError(key, f"expected {what}, got {value!r}{hint}")
 
 

@@ -341,13 +341,19 @@ class _Importer:
         """Cluster mapping, placement mapping, training-pool GPUs and rollout-pool GPUs."""
         from rlperf.specs.hardware_catalog import load_accelerator
 
+        from rlperf.inputs.ranges import GPUS_PER_NODE, NODES
+
         tn = self.get_int("trainer.nnodes", "nodes" if recipe == "main" else "training pool nodes")
         tg = self.get_int("trainer.n_gpus_per_node", "GPUs per node" if recipe == "main" else "training pool GPUs per node")
+        NODES.require("trainer.nnodes", tn)  # here, before a layout derived from it is refused as "dp"
+        GPUS_PER_NODE.require("trainer.n_gpus_per_node", tg)
         self.rec.assume(f"GPU type {self.gpu} (verl configs do not name it)")
         if recipe == "main":
             return {"gpu": self.gpu, "num_nodes": tn, "gpus_per_node": tg}, {"kind": "colocated"}, tn * tg, tn * tg
         rn = self.get_int("rollout.nnodes", "rollout pool nodes")
         rg = self.get_int("rollout.n_gpus_per_node", "rollout pool GPUs per node")
+        NODES.require("rollout.nnodes", rn)
+        GPUS_PER_NODE.require("rollout.n_gpus_per_node", rg)
         node = load_accelerator(self.gpu).gpus_per_node
         rollout, train = rn * rg, tn * tg
         if rn == tn and rg + tg <= node:

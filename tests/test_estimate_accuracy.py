@@ -107,3 +107,16 @@ def test_a_stream_that_fills_its_engines_is_timed_at_their_full_batch_rate() -> 
     drain hidden, which hid the tokens decoded in the drain too. 2 engines of 16 sequences,
     1,536 responses in flight: 0.93x the simulation when written, 0.75x with the drain hidden."""
     assert abs(_stream_on_two_engines(16, None) - 1.0) < 0.10
+
+
+def test_forward_passes_on_different_training_pools_overlap_in_a_pipelined_estimate() -> None:
+    """A hybrid placement runs the frozen reference's forward pass on its own node next to the
+    actor's on the training pool: a pipelined step's training side counts the longer, not the
+    sum. README question, hybrid 32+24+8 one-step-off: 1.05x the simulation, 1.22x with the sum."""
+    from rlperf.api import build_scenario
+
+    sc = build_scenario(None)[0]
+    c = next(c for c in enumerate_candidates(sc, SearchOptions()) if isinstance(c, Candidate)
+             and c.label.startswith("hybrid") and "gen tp2" in c.label and c.label.endswith("one-step-off"))
+    err = _error(Estimator(sc), c)
+    assert err is not None and abs(err) < 0.10, (c.label, err)

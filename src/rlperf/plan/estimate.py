@@ -300,7 +300,9 @@ class Estimator:
         train_s = max(train_by_pool.values(), default=0.0)
         iteration = sync_s + switch_s + gen_s + fwd_s + train_s
         s = mode.expected_staleness(self.batch, shared_engine, slots)
-        train_side = sync_s + sum(v for k, v in fwd_by_pool.items() if k != gen_pool) + train_s
+        # Forward passes on different pools run side by side (a hybrid's frozen reference on its
+        # own node next to the actor's), as in the synchronous step's max_pools above.
+        train_side = sync_s + max((v for k, v in fwd_by_pool.items() if k != gen_pool), default=0.0) + train_s
         gen_side = gen_s + sync_s + fwd_by_pool.get(gen_pool, 0.0)
         step = mode.compose_step(StepParts(iteration, gen_side, train_side, same, tail_s, sync_s))
         price = sc.cluster.accelerator.price_usd_per_hour

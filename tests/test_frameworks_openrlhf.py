@@ -184,3 +184,11 @@ def test_scripts_of_old_versions_forks_and_other_trainers() -> None:
     script = "set -x\nif [[ ${1} != slurm ]]; then\n  deepspeed --module openrlhf.cli.train_ppo --pretrain x\nfi\n"
     with pytest.raises(SpecError, match=r"script: runs openrlhf.cli.train_ppo, not OpenRLHF's Ray PPO trainer"):
         load_framework_config("openrlhf", script, [])
+
+
+def test_layout_errors_name_the_flag_that_does_not_fit() -> None:
+    base = f"{BASE} --actor_num_nodes 1 --actor_num_gpus_per_node 8 --vllm_num_engines 8 --colocate_all_models"
+    with pytest.raises(SpecError, match=r"^--ring_attn_size: tp·cp = 3 does not divide"):
+        import_openrlhf(f"{base} --ring_attn_size 3")
+    with pytest.raises(SpecError, match=r"^--zero_stage: "):  # was "OpenRLHF import.plan.layouts.actor.zero_stage"
+        import_openrlhf(f"{base} --zero_stage 4")

@@ -76,6 +76,7 @@ SOURCE_KEYS = {
     "plan.rollout.tp": "--vllm_tensor_parallel_size",
     "plan.layouts.actor.micro_batch_size": "--micro_train_batch_size",
     "plan.layouts.actor.max_tokens_per_microbatch": "--train_max_tokens_per_gpu",
+    "plan.layouts.actor.zero_stage": "--zero_stage",
 }
 
 
@@ -430,7 +431,8 @@ class _Importer:
             if gpus is None or (role != "actor" and gpus == pool_gpus["actor"]):
                 continue
             if gpus % (tp * cp) != 0:
-                raise SpecError("--ds_tensor_parallel_size", f"tp·cp = {tp * cp} does not divide the {gpus} GPUs of the {role}")
+                flag = "--ring_attn_size" if gpus % cp else "--ds_tensor_parallel_size"  # the one that does not fit
+                raise SpecError(flag, f"tp·cp = {tp * cp} does not divide the {gpus} GPUs of the {role}")
             layouts[role] = {**base, "dp": gpus // (tp * cp)}
         return layouts
 

@@ -1,6 +1,10 @@
 """Benchmark (issue 4): simulate 10 iterations of GRPO, 512 prompts x 16 samples, 16k max
 response, on 128 GPUs, and print the wall time (goal: under one second on one core).
 
+The streaming row (issue 17) asks for the same 10 iterations; the carried requests need a
+longer warm-up, found as the run goes, so the simulator continues the run to it
+(rlperf.sim.simulate.Simulator.extend) and the row says how many iterations that came to.
+
 Run: .venv/bin/python bench/bench_simulator.py
 """
 
@@ -30,7 +34,9 @@ SCENARIO = {
 
 def main() -> None:
     for placement, mode in (({"kind": "colocated"}, {"kind": "sync"}),
-                            ({"kind": "disaggregated", "rollout_gpus": 64}, {"kind": "one_step_off"})):
+                            ({"kind": "disaggregated", "rollout_gpus": 64}, {"kind": "one_step_off"}),
+                            ({"kind": "disaggregated", "rollout_gpus": 64},
+                             {"kind": "streaming", "staleness_threshold": 0.5, "train_parts": 4})):
         data = {**SCENARIO, "plan": {**SCENARIO["plan"], "placement": placement, "mode": mode}}  # type: ignore[dict-item]
         sc = load_scenario(data)
         best = float("inf")
@@ -39,7 +45,8 @@ def main() -> None:
             r = run_scenario(sc)
             best = min(best, time.perf_counter() - t0)
         print(f"{placement['kind']:>13} {mode['kind']:>12}: 10 iterations of 8,192 responses on 128 GPUs simulated in "
-              f"{best:.2f} s (best of 3; predicted step {r.step_time_s:.0f} s)")
+              f"{best:.2f} s (best of 3; predicted step {r.step_time_s:.0f} s; {r.iterations} iterations, "
+              f"warm-up {r.warmup})")
 
 
 if __name__ == "__main__":

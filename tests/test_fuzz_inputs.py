@@ -433,3 +433,13 @@ def test_verl_overrides_found_by_hand(tmp_path: Path, override: str, contains: s
     script = write(tmp_path / "run.sh", "python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B "
                    f"trainer.n_gpus_per_node=4 {override}\n")
     assert_one_line_error(invoke(["import", "verl", str(script)], time_limit_s=30), contains=contains)
+
+
+@pytest.mark.parametrize("option, contains", [
+    (["--mean-response-tokens", "-5"], "--mean-response-tokens: -5 tokens"),  # was named data.max_response_length
+    (["--gpu", "Z100"], "gpu: unknown name 'Z100'"),  # was written into the scenario
+])
+def test_import_options_found_by_hand(tmp_path: Path, option: list[str], contains: str) -> None:
+    script = write(tmp_path / "run.sh", "python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B "
+                   "trainer.n_gpus_per_node=4 trainer.nnodes=1\n")
+    assert_one_line_error(invoke(["import", "verl", str(script), *option], time_limit_s=30), contains=contains)

@@ -148,6 +148,9 @@ def import_cmd(
 
     if out is not None:
         claim([out], force, "--out")
+    from rlperf.specs.hardware_catalog import load_accelerator
+
+    load_accelerator(gpu)  # an unknown name here was written into the scenario, refused only on its use
 
     spec, report = load_framework_config(
         kind, config, overrides or [], gpu=gpu, mean_response_tokens=mean_response_tokens or None, env=parse_env(set_ or []), model_config=model_config

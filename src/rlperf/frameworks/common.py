@@ -120,6 +120,10 @@ def generic_workload(
     """The workload mapping of an imported configuration (see the module docstring); a value the
     workload refuses is reported under its framework key (``keys``: scenario field -> key)."""
     mean = mean_response_tokens if mean_response_tokens is not None else response_cap_tokens * MEAN_OVER_CAP
+    if not (math.isfinite(mean) and 1 <= mean < response_cap_tokens):  # the caller's, not the config's
+        shown = f"{mean:,.0f}" if math.isfinite(mean) and abs(mean) < 1e9 else f"{mean:.3g}"
+        raise SpecError("--mean-response-tokens", f"{shown} tokens is not within the response cap "
+                        f"{response_cap_tokens:,}", f"1 <= mean < {response_cap_tokens:,}")
     if mean_response_tokens is None:
         rec.assume(f"mean response length {mean:,.0f} tokens = cap/3 (not in the config; algorithms.md §6.2)")
     else:

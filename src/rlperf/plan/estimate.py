@@ -300,9 +300,11 @@ class Estimator:
         train_s = max(train_by_pool.values(), default=0.0)
         iteration = sync_s + switch_s + gen_s + fwd_s + train_s
         s = mode.expected_staleness(self.batch, shared_engine, slots)
-        # Forward passes on different pools run side by side (a hybrid's frozen reference on its
-        # own node next to the actor's), as in the synchronous step's max_pools above.
-        train_side = sync_s + max((v for k, v in fwd_by_pool.items() if k != gen_pool), default=0.0) + train_s
+        # A pipelined step's training side: each training pool's own work (its forward passes and
+        # updates), the pools side by side (a hybrid's frozen reference forwards on its own node
+        # while the actor's pool runs its passes and updates, each on its own iteration).
+        pools = (set(fwd_by_pool) | set(train_by_pool)) - {gen_pool}
+        train_side = sync_s + max((fwd_by_pool.get(p, 0.0) + train_by_pool.get(p, 0.0) for p in pools), default=0.0)
         gen_side = gen_s + sync_s + fwd_by_pool.get(gen_pool, 0.0)
         step = mode.compose_step(StepParts(iteration, gen_side, train_side, same, tail_s, sync_s))
         price = sc.cluster.accelerator.price_usd_per_hour

@@ -443,3 +443,13 @@ def test_import_options_found_by_hand(tmp_path: Path, option: list[str], contain
     script = write(tmp_path / "run.sh", "python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B "
                    "trainer.n_gpus_per_node=4 trainer.nnodes=1\n")
     assert_one_line_error(invoke(["import", "verl", str(script), *option], time_limit_s=30), contains=contains)
+
+
+def test_a_layout_that_leaves_gpus_idle_is_warned_about(tmp_path: Path) -> None:
+    # The simulator runs pool // (tp·pp·cp) replicas; the rest idled without a word.
+    from rlperf.scenario import load_scenario
+
+    with pytest.warns(UserWarning, match=r"plan.layouts.actor: tp·pp·cp = 3 does not divide the 8 GPUs of its pool; 2 of"):
+        load_scenario(small(**{"plan.layouts": {"actor": {"pp": 3}}}))
+    with pytest.warns(UserWarning, match=r"plan.rollout: tp·pp = 3 does not divide the 8 GPUs"):
+        load_scenario(small(**{"plan.rollout.tp": 1, "plan.rollout.pp": 3}))

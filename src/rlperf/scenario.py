@@ -202,12 +202,32 @@ def _check_positions(models: Mapping[str, ModelSpec], workload: Workload) -> Non
 def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:
     """Read a scenario from a YAML file, a shipped example name, or a mapping."""
     if isinstance(source, Mapping):
-        return resolve(load_scenario_spec(source))
+        return _warn_idle_gpus(resolve(load_scenario_spec(source)))
     path = scenario_path(source)
     try:
-        return resolve(load_scenario_spec(path))
+        return _warn_idle_gpus(resolve(load_scenario_spec(path)))
     except SpecError as err:
         raise err.in_source(path) from None
+
+
+def _warn_idle_gpus(sc: Scenario) -> Scenario:
+    """A warning for each layout whose model-parallel group does not divide its pool: the
+    simulator runs ``pool // group`` replicas and the rest of the pool idles in that phase
+    (verl and OpenRLHF refuse such a layout; the planner never proposes one)."""
+    import warnings
+
+    plan = sc.spec.plan
+    pools, assign = plan.placement.resolve(sc.cluster.num_gpus)
+    size = {p.name: p.num_gpus for p in pools}
+    groups = [("plan.rollout", "tp·pp", plan.rollout.tp * plan.rollout.pp, size[assign["generate"]])]
+    for role in plan.layouts:
+        lay = plan.layouts[role]
+        groups.append((f"plan.layouts.{role}", "tp·pp·cp", lay.tp * lay.pp * lay.cp, size[assign[role]]))
+    for field, what, group, gpus in groups:
+        if gpus % group and group <= gpus:
+            warnings.warn(f"{field}: {what} = {group} does not divide the {gpus} GPUs of its pool; "
+                          f"{gpus % group} of them idle in that phase", UserWarning, stacklevel=2)
+    return sc
 
 
 def scenario_path(source: str | Path) -> Path:

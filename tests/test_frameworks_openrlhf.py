@@ -192,3 +192,8 @@ def test_layout_errors_name_the_flag_that_does_not_fit() -> None:
         import_openrlhf(f"{base} --ring_attn_size 3")
     with pytest.raises(SpecError, match=r"^--zero_stage: "):  # was "OpenRLHF import.plan.layouts.actor.zero_stage"
         import_openrlhf(f"{base} --zero_stage 4")
+
+
+def test_a_model_option_without_a_value_says_so() -> None:
+    with pytest.raises(SpecError, match=r"^--pretrain: no model given \(got True\)"):  # was "'True' is not in the catalog"
+        import_openrlhf("--pretrain --remote_rm_url http://x")

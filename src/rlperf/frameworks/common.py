@@ -45,6 +45,8 @@ def catalog_model(key: str, value: Any, rec: Recorder) -> str:
     ``Qwen2.5-7B``); a local folder holding a ``config.json`` is kept as a path."""
     from rlperf.catalog import ALIASES, resolve_name
 
+    if isinstance(value, bool) or value is None or not str(value).strip():  # `--pretrain` alone, `path=`
+        raise SpecError(key, f"no model given (got {value!r})", "a hub id or a checkpoint path")
     text = str(value).rstrip("/")
     if (Path(text).expanduser() / "config.json").is_file():
         rec.map(key, value, "model (local config.json)")

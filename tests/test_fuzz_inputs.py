@@ -428,6 +428,8 @@ def test_an_error_in_a_hardware_profile_names_that_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize("override, contains", [
     ("trainer.nnodes=100000", "trainer.nnodes: 100,000 nodes is outside"),  # was refused as "dp"
     ("'actor_rollout_ref.rollout.n=${oc.env:N,8}'", "an interpolation rlperf does not resolve"),
+    # the cap vanished into a sub-key nobody reads and verl's default 1024 was used, silently
+    ("data.max_response_length=4096 'data.max_response_length={a: 1}'", "data.max_response_length: a mapping"),
 ])
 def test_verl_overrides_found_by_hand(tmp_path: Path, override: str, contains: str) -> None:
     script = write(tmp_path / "run.sh", "python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B "

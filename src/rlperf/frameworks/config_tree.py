@@ -76,6 +76,10 @@ def apply_overrides(flat: dict[str, Any], overrides: Iterable[str]) -> dict[str,
         key, text = item.split("=", 1)
         key = key.lstrip("+")
         value = parse_value(text)
+        old = out.get(key)
+        if isinstance(value, Mapping) and value and isinstance(old, (bool, int, float, str)) and old != "":
+            # A mapping for a number or a name: the value would vanish into sub-keys nobody reads.
+            raise SpecError(key, f"a mapping {text!r} given for a single value (the config has {old!r})", "a value")
         out = {k: v for k, v in out.items() if not k.startswith(key + ".")}
         if isinstance(value, Mapping) and value:
             out.pop(key, None)

@@ -122,3 +122,23 @@ def test_zero2_offload_moves_each_micro_batch_partition_down_and_up() -> None:
     pcie = H100.accelerator.pcie_bandwidth_bytes_per_s
     extra = costs._dp_traffic(shard, "reduce_scatter")[0] - plain._dp_traffic(shard, "reduce_scatter")[0]
     assert extra == pytest.approx(2 * costs.resident_params(shard) * 4 / pcie)
+
+
+def test_deepspeed_gathers_one_linear_projection_at_a_time() -> None:
+    """DeepSpeed's coordinator fetches each submodule's parameters in one all-gather
+    (gather_unit="module"): a dense layer's q, k, v, o and MLP matrices each pay their own
+    latency, the same bytes in all; FSDP gathers the layer at once."""
+    layer = LayoutCosts(QWEN, H100, TrainLayout(dp=8, zero_stage=3))
+    module = LayoutCosts(QWEN, H100, TrainLayout(dp=8, zero_stage=3, gather_unit="module"))
+    shard = module.shards[0]
+    per_layer = (2 if QWEN.fused_qkv else 4) + QWEN.mlp.num_matrices
+    units = shard.num_layers * per_layer + 1
+    assert module.gather_units(shard) == units and layer.gather_units(shard) == shard.num_layers + 1
+    gather = module.weight_gather(shard, np.zeros(1))
+    one = all_gather(H100, shard.params * 2 / units, module.shard_group)
+    assert gather.time_s == pytest.approx(units * one.time_s)
+    assert gather.bytes_sent == pytest.approx(layer.weight_gather(shard, np.zeros(1)).bytes_sent)
+    assert gather.time_s > layer.weight_gather(shard, np.zeros(1)).time_s
+    # the gradients are still reduce-scattered per layer unit
+    assert module.grad_reduce(shard, np.zeros(1), "reduce_scatter").time_s == pytest.approx(
+        layer.grad_reduce(shard, np.zeros(1), "reduce_scatter").time_s)

@@ -30,6 +30,7 @@ ContextParallel = Literal["ring", "ulysses"]
 AttentionKernel = Literal["flash", "unfused"]
 TrainBackend = Literal["megatron", "fsdp"]  # Megatron-LM / Megatron-DeepSpeed; FSDP or DeepSpeed ZeRO engines
 Batching = Literal["continuous", "static"]
+GatherUnit = Literal["layer", "module"]
 
 
 class TrainLayout(Spec):
@@ -81,6 +82,11 @@ class TrainLayout(Spec):
     # reaches it and waits for it (DeepSpeed when stage3_max_live_parameters is below a unit's
     # parameters, as in DeepSpeed-Chat's training config: 3e7)
     prefetch_gathers: bool = True
+    # What one ZeRO-3 all-gather brings: "layer", FSDP's wrapped unit (a decoder layer); "module",
+    # DeepSpeed's parameter coordinator, which fetches each submodule's own parameters in one call
+    # (PartitionedParameterCoordinator.fetch_sub_module): a layer's linear projections each,
+    # norms and biases below stage3_param_persistence_threshold staying gathered
+    gather_unit: GatherUnit = "layer"
     # attention kernels: FlashAttention (causal tiles, no score matrix in HBM) or the unfused
     # path of Megatron's core attention (full-square scores, softmax and dropout through HBM)
     attention_kernel: AttentionKernel = "flash"

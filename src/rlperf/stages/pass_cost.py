@@ -68,7 +68,9 @@ outermost, as Megatron-Core orders its process groups):
   (``/ tp`` with sequence parallelism); backward sends the gradient back.
 - ZeRO-3 / FSDP: all-gather the stage's weights (compute dtype) once per forward and once per
   backward of every micro-batch, unit by unit (each layer, and the root unit), one collective of
-  the unit's size each (its own latency; the stage's weights split evenly over its units);
+  the unit's size each (its own latency; the stage's weights split evenly over its units;
+  DeepSpeed's coordinator gathers submodule by submodule, ``gather_unit="module"``: one
+  all-gather per linear projection, :meth:`LayoutCosts.gather_units`);
   reduce-scatter its gradients (``grad_dtype``) after every backward the same way (FSDP without
   ``no_sync``, as verl's actor does); ZeRO-2 under the FSDP / DeepSpeed backend reduce-scatters
   after every backward too (DeepSpeed reduces at every micro-step from stage 2; with
@@ -650,7 +652,23 @@ class LayoutCosts:
         t, sent = self._dp_traffic(shard, "weight_gather")
         if not self.layout.prefetch_gathers and self.layout.zero_stage >= 3:
             return Exposed(t, np.full(np.shape(compute_s), t), sent)
-        return overlap(t, compute_s, shard.num_layers + 1, sent)
+        return overlap(t, compute_s, self.gather_units(shard), sent)
+
+    def gather_units(self, shard: StageShard) -> int:
+        """ZeRO-3 all-gathers per pass over the stage: one per decoder layer and one for the root
+        (embedding, final norm, head) as FSDP wraps them; under DeepSpeed's per-module fetch
+        (``gather_unit="module"``) one per linear projection of each layer (q, k, v, o or a fused
+        qkv and o, and the MLP's matrices; a MoE layer's router and every expert's matrices)."""
+        if self.layout.gather_unit == "layer":
+            return shard.num_layers + 1
+        m = self.model
+        dense = (2 if m.fused_qkv else 4) + m.mlp.num_matrices
+        moe = m.moe
+        if moe is None:
+            return shard.num_layers * dense + 1
+        routed = (2 if m.fused_qkv else 4) + 1 + moe.num_experts * m.mlp.num_matrices
+        share = m.num_moe_layers / m.num_layers
+        return round(shard.num_layers * ((1 - share) * dense + share * routed)) + 1
 
     @property
     def reduces_every_microbatch(self) -> bool:
@@ -695,7 +713,7 @@ class LayoutCosts:
         units = shard.num_layers + 1 if lay.zero_stage >= 3 else 1
         if kind == "weight_gather":
             if lay.zero_stage >= 3:
-                ops = self._gathers(shard, all_gather, _C, units)
+                ops = self._gathers(shard, all_gather, _C, self.gather_units(shard))
             if lay.offload_params:
                 on_device = self.resident_params(shard) if lay.zero_stage >= 3 else shard.params
                 t += on_device * bytes_per(lay.param_dtype) / pcie

@@ -430,6 +430,8 @@ def test_an_error_in_a_hardware_profile_names_that_file(tmp_path: Path) -> None:
     ("'actor_rollout_ref.rollout.n=${oc.env:N,8}'", "an interpolation rlperf does not resolve"),
     # the cap vanished into a sub-key nobody reads and verl's default 1024 was used, silently
     ("data.max_response_length=4096 'data.max_response_length={a: 1}'", "data.max_response_length: a mapping"),
+    # the section's keys were dropped and verl's defaults used (rollout.n 1, not the script's 4)
+    ("actor_rollout_ref.rollout.n=4 actor_rollout_ref.rollout=5", "actor_rollout_ref.rollout: a single value '5'"),
 ])
 def test_verl_overrides_found_by_hand(tmp_path: Path, override: str, contains: str) -> None:
     script = write(tmp_path / "run.sh", "python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B "

@@ -80,6 +80,11 @@ def apply_overrides(flat: dict[str, Any], overrides: Iterable[str]) -> dict[str,
         if isinstance(value, Mapping) and value and isinstance(old, (bool, int, float, str)) and old != "":
             # A mapping for a number or a name: the value would vanish into sub-keys nobody reads.
             raise SpecError(key, f"a mapping {text!r} given for a single value (the config has {old!r})", "a value")
+        inside = [k for k in out if k.startswith(key + ".")]
+        if inside and not (isinstance(value, Mapping) and value):
+            # Hydra refuses a value for a section; dropping its keys would fall back to defaults
+            raise SpecError(key, f"a single value {text!r} given for a section of {len(inside)} keys",
+                            f"{key}.<name>=value (a config-group choice such as critic=megatron_critic is not read)")
         out = {k: v for k, v in out.items() if not k.startswith(key + ".")}
         if isinstance(value, Mapping) and value:
             out.pop(key, None)

@@ -43,6 +43,8 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     (["plan", *SMALL, "run.sh"], "config: is read only with --from"),
     (["plan", *SMALL, "--model-config", "x.json"], "--model-config: is read only with --from"),
     (["plan", *SMALL, "--set", "N=1"], "--set: is read only with --from"),
+    (["plan", *SMALL[2:], "--model", ""], "--model: is empty"),  # the default model answered
+    (["plan", *SMALL, "--framework", " "], "--framework: is empty"),
 ])
 def test_bad_input_is_one_line_naming_the_field(args: list[str], field: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(args, capsys)

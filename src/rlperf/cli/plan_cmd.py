@@ -82,6 +82,11 @@ def plan_cmd(
     from rlperf.plan.serialize import answer_json
     from rlperf.specs.response_lengths import parse_token_count
 
+    for flag, text in (("--scenario", scenario), ("--model", model), ("--gpu", gpu), ("--algorithm", algorithm),
+                       ("--workload", workload), ("--length-preset", length_preset), ("--lengths", lengths),
+                       ("--framework", framework), ("--from", from_kind), ("config", config), ("--model-config", model_config)):
+        if text is not None and not text.strip():  # read as "not given": the default answered, silently
+            raise SpecError(flag, "is empty (an unset shell variable?)", "a value, or leave the option out")
     if executor not in ("local", "ray"):
         raise SpecError("--executor", f"unknown {executor!r}", "local, ray")
     check_plan_options(nodes, gpus_per_node, prompts, group_size, max_response, max_staleness, top_k, jobs)

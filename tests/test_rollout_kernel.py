@@ -101,3 +101,29 @@ def test_compiled_stop_in_short_dry_runs(dry_runs: int, stop: dict[str, float]) 
         fast = simulate_rollout(QWEN7, H100, layout, req, opts, cap)
     assert fast.stopped_early
     assert_same(fast, python_run_out(QWEN7, H100, layout, req, opts, cap))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(groups=groups_of(3000, 6, 40), replicas=st.integers(1, 3), max_num_seqs=st.integers(1, 32),
+       budget=st.sampled_from([256, 2048]), sharing=st.booleans(), want=st.integers(1, 100))
+def test_a_stop_that_completes_the_run_in_progress_settles_alike(
+    groups: list[tuple[int, list[int]]], replicas: int, max_num_seqs: int, budget: int, sharing: bool, want: int,
+) -> None:
+    """The run in progress at a stop is committed up to it (Replica.run_until); where the float
+    sums put the stop exactly at its end, the whole run is committed and the stop settles
+    completions due at that step and a wave whose prefill it finished (settle_stopped, and
+    CallPlanner.settle on the arrays). Forced here on every replica (steps_within answers the
+    whole run) so the compiled and Python run-outs meet those cases bit for bit."""
+    from rlperf.stages.rollout_step import Run
+
+    req, cap = requests_of(groups, None)
+    layout = EngineLayout(replicas=replicas, max_num_seqs=max_num_seqs, max_num_batched_tokens=max(budget, max_num_seqs),
+                          prefix_sharing=sharing)
+    opts = RolloutOptions(stop_after_num_finished=want)
+    real = Run.steps_within
+
+    def whole(self: Run, elapsed_s: float, n_max: int, round_up: bool) -> int:
+        return n_max if not round_up else real(self, elapsed_s, n_max, round_up)
+
+    with patch.object(Run, "steps_within", whole):
+        assert_same(simulate_rollout(QWEN7, H100, layout, req, opts, cap), python_run_out(QWEN7, H100, layout, req, opts, cap))

@@ -112,6 +112,9 @@ def simulate_rollout(
                          requests.group_id)
     t_stop = _drive(replicas, book, requests, opts, replica_of, initial)
     stats = [r.stats for r in replicas]
+    if book.settled is not None:
+        return _result(step, layout, requests, target, stats, book.settled.finish_s, book.settled.generated,
+                       replica_of, t_stop)
     return _result(step, layout, requests, target, stats, np.array(book.finish_s), np.array(book.generated, np.int64),
                    replica_of, t_stop)
 
@@ -378,6 +381,8 @@ def _drive(
                 t_stop = min(t_stop, groups_done())
     book.done_log = None
     replica_of[arrived] = went_to
+    if book.settled is not None:  # the compiled run-out committed and settled the stop itself
+        return t_stop if t_stop < math.inf and book.settled.cut else math.inf
     unsent = ptr < n or (gate is not None and not gate.exhausted)
     stopped = t_stop < math.inf and (unsent or any(r.plan is not None for r in replicas))
     if stopped:

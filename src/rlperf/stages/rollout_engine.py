@@ -73,6 +73,20 @@ class Book:
         self.num_finished = 0  # requests that reached their full response
         # Requests finished since the driver last looked (group admission only: None otherwise).
         self.done_log: list[int] | None = None
+        # The call's outcome as arrays when the compiled run-out settled its stop itself (the
+        # lists above are then not brought up to date: the call is over).
+        self.settled: Settled | None = None
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A call stopped and settled by the compiled run-out: every request's finish time (inf:
+    unfinished) and generated tokens, and whether a replica was still busy at the stop (the
+    call was cut short)."""
+
+    finish_s: np.ndarray
+    generated: np.ndarray
+    cut: bool
 
 
 @dataclass(frozen=True)

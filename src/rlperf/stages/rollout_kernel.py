@@ -129,6 +129,83 @@ class CallPlanner:
             self._apply(planned, counters, kept if early else None, kept_at)
         return planned
 
+    def run_to_stop(self, done: np.ndarray) -> Planned:
+        """:meth:`run` applied, replica ``k`` stopping after ``done[k]`` runs, for a call that
+        ends at the stop: each replica's scalars, wave and counters are set (what committing
+        its run in progress reads, :meth:`Replica.commit`), the rest of its state is kept as
+        arrays for :meth:`settle`, and the book's lists are not brought up to date."""
+        n_rep = len(self.replicas)
+        ints, floats, fin, fin_run, counters, kept, kept_at = _plan_to_idle(
+            self.cols, self.group, self.state, self.wave_f, *self.containers, self.consts,
+            int(self.group.max(initial=0)) + 1, np.ascontiguousarray(done, np.int64), True, np.zeros(16, np.int64),
+            np.zeros(n_rep, np.int64), self.cached)
+        runs = RunArrays(ints[:, 0], ints[:, 1], ints[:, 2], ints[:, 3], ints[:, 4], ints[:, 5], floats[:, 0],
+                         floats[:, 1])
+        self.kept, self.kept_at = kept, kept_at
+        for k, r in enumerate(self.replicas):
+            self._set_replica(k, counters)
+            r.wave = self._section(k, 1).tolist()
+        return Planned(runs, fin, fin_run, self.cols[3])
+
+    def _set_replica(self, k: int, counters: np.ndarray) -> None:
+        """Replica ``k``'s scalars and counters as the kernel left them; its containers emptied
+        (the caller fills what it needs)."""
+        r = self.replicas[k]
+        _, decoded, prefilled, steps, preempted = counters[k].tolist()
+        r.S, r.b, r.ctx_fixed, r.kv_fixed, r.wave_left, blocked, r.next_order = self.state[k, :7].tolist()
+        r.blocked = blocked != 0
+        r.wave_s_per_token, r.wave_flops_per_token = self.wave_f[k].tolist()
+        r.waiting.clear()
+        r.heap.clear()
+        r.stack.clear()
+        r.wave = []
+        r.group_resident.clear()
+        r.plan = None
+        st = r.stats
+        st.decode_tokens += decoded
+        st.prefill_tokens += prefilled
+        st.num_steps += steps
+        st.preemptions += preempted
+
+    def _section(self, k: int, which: int) -> np.ndarray:
+        """Section ``which`` of replica ``k``'s kept state (0 queue, 1 wave, 2 stack, 3 heap as
+        (finish step, join order, request) rows, 4 resident groups)."""
+        kept, at = self.kept, int(self.kept_at[k])
+        width = (1, 1, 1, 3, 2)
+        for w in width[:which]:
+            at += 1 + w * int(kept[at])
+        n = int(kept[at])
+        return kept[at + 1: at + 1 + width[which] * n]
+
+    def settle(self, finish_s: np.ndarray) -> None:
+        """:meth:`Replica.settle_stopped` of every replica on the arrays, each replica's run in
+        progress committed up to the stop (:meth:`Replica.run_until`): its wave joins if
+        prefilled, and every decoding request leaves, those due by the replica's step done (at
+        the replica's time, into ``finish_s``), the others waiting. The same updates in one
+        pass per replica (each live heap entry once: a stale entry's request is no longer
+        decoding under that join order)."""
+        target, generated, status, join_step, order = self.cols[2], self.cols[3], self.cols[4], self.cols[5], self.cols[7]
+        for k, r in enumerate(self.replicas):
+            heap = self._section(k, 3).reshape(-1, 3)
+            s, o, i = heap[:, 0], heap[:, 1], heap[:, 2]
+            S = r.S
+            if r.wave and r.wave_left == 0:  # Replica._join_wave
+                wave = np.asarray(r.wave, np.int64)
+                gen = generated[wave] + 1
+                generated[wave] = gen
+                status[wave] = DECODING
+                join_step[wave] = S
+                joined = r.next_order + np.arange(len(wave), dtype=np.int64)
+                order[wave] = joined
+                s, o, i = np.concatenate((s, S + target[wave] - gen)), np.concatenate((o, joined)), np.concatenate((i, wave))
+                r.stats.decode_tokens += len(wave)
+            live = (status[i] == DECODING) & (order[i] == o)
+            s, i = s[live], i[live]
+            generated[i] += S - join_step[i]
+            due = s <= S
+            status[i] = np.where(due, DONE, WAITING)
+            finish_s[i[due]] = r.t
+
     def _apply(self, planned: Planned, counters: np.ndarray, kept: np.ndarray | None, kept_at: np.ndarray) -> None:
         bk, cols, fin = self.book, self.cols, planned.finished
         bk.generated = cols[3].tolist()
@@ -139,16 +216,7 @@ class CallPlanner:
         bk.num_finished += int(np.sum(cols[3][fin] == cols[1][fin]))
         values = kept.tolist() if kept is not None else []
         for k, r in enumerate(self.replicas):
-            S, decoded, prefilled, steps, preempted = counters[k].tolist()
-            r.S, r.b, r.ctx_fixed, r.kv_fixed, r.wave_left, blocked, r.next_order = self.state[k, :7].tolist()
-            r.blocked = blocked != 0
-            r.wave_s_per_token, r.wave_flops_per_token = self.wave_f[k].tolist()
-            r.waiting.clear()
-            r.heap.clear()
-            r.stack.clear()
-            r.wave = []
-            r.group_resident.clear()
-            r.plan = None
+            self._set_replica(k, counters)
             if kept is not None:  # the replica's queue, wave, stack, heap and resident groups, as the kernel left them
                 at = int(kept_at[k])
                 n = values[at]
@@ -169,12 +237,7 @@ class CallPlanner:
                 ids = self.group_ids[pairs[0::2]].tolist() if n else []
                 r.group_resident.update(zip(ids, pairs[1::2]))
             else:
-                r.S, r.b, r.ctx_fixed, r.kv_fixed, r.wave_left, r.blocked = S, 0, 0, 0, 0, False
-            st = r.stats
-            st.decode_tokens += decoded
-            st.prefill_tokens += prefilled
-            st.num_steps += steps
-            st.preemptions += preempted
+                r.S, r.b, r.ctx_fixed, r.kv_fixed, r.wave_left, r.blocked = int(counters[k, 0]), 0, 0, 0, 0, False
 
 
 @jit

@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rlperf.stages.rollout_engine import DECODING, DONE, Replica, RunArrays, RunLog, run_totals
+from rlperf.stages.rollout_engine import DECODING, DONE, Replica, RunArrays, RunLog, Settled, run_totals
 from rlperf.stages.rollout_step import Runs, StepModel
 
 if TYPE_CHECKING:
     from rlperf.stages.rollout_engine import BookArrays
-    from rlperf.stages.rollout_kernel import Planned
+    from rlperf.stages.rollout_kernel import CallPlanner, Planned
 
 
 @dataclass(frozen=True)
@@ -346,13 +346,18 @@ def time_runs(replicas: list[Replica], drained: list[Drained]) -> None:
         offset += len(d.num_steps)
 
 
-def time_planned(replicas: list[Replica], planned: Planned, timed: _Timed | None = None) -> None:
+def time_planned(replicas: list[Replica], planned: Planned, timed: _Timed | None = None,
+                 finish_s: np.ndarray | None = None) -> None:
     """:func:`time_runs` for the runs :func:`rlperf.stages.rollout_kernel.plan_to_idle` planned
-    (already in replica order); ``timed``: their step costs, when a dry run has them."""
+    (already in replica order); ``timed``: their step costs, when a dry run has them;
+    ``finish_s``: the finish times go there instead of into the book."""
     end_s = _time(replicas, planned.runs, timed=timed)
-    finish_s = replicas[0].book.finish_s
+    if finish_s is not None:
+        finish_s[planned.finished] = end_s[planned.finished_run]
+        return
+    book_finish_s = replicas[0].book.finish_s
     for i, v in zip(planned.finished.tolist(), end_s[planned.finished_run].tolist()):
-        finish_s[i] = v
+        book_finish_s[i] = v
 
 
 @dataclass(frozen=True)
@@ -431,7 +436,9 @@ def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | 
     run of up to :data:`DRY_RUNS` runs each, four times more until every event up to the stop
     is planned) and timed, which gives the stop; then each planned again from its state up to
     the runs that end by the stop (the same runs: the loop is deterministic), timed, and its
-    run in progress planned."""
+    run in progress planned. When the dry run holds every replica's run in progress, the call
+    is also committed to the stop and settled here, on the planner's arrays
+    (:func:`_stop_and_settle`), instead of in the book's lists and the replicas' containers."""
     from rlperf.stages.rollout_kernel import CallPlanner
 
     book = replicas[0].book
@@ -470,10 +477,45 @@ def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | 
     done = np.bincount(rep[end_s <= stop], minlength=len(active))
     first = np.cumsum(counts) - counts
     keep = np.arange(len(rep)) - first[rep] < done[rep]
+    kept_runs = RunArrays(*(getattr(dry.runs, f.name)[keep] for f in dataclasses.fields(RunArrays)))
+    if len(replicas) == len(active) and not (cut & (done >= counts)).any():
+        # Every replica's run in progress at the stop is the dry run's next one: the call is
+        # committed to the stop and settled here, on the planner's arrays.
+        _stop_and_settle(active, planner, dry.runs, first + done, done < counts, kept_runs, timed.take(keep), stop)
+        return stop
     planned = planner.run(done, apply=True)
-    _check_same_runs(planned.runs, RunArrays(*(getattr(dry.runs, f.name)[keep] for f in dataclasses.fields(RunArrays))))
+    _check_same_runs(planned.runs, kept_runs)
     time_planned(active, planned, timed.take(keep))
     for r in replicas:
         if r.busy:
             r.plan_next()
     return stop
+
+
+def _stop_and_settle(active: list[Replica], planner: CallPlanner, dry: RunArrays, next_run: np.ndarray,
+                     busy: np.ndarray, kept_runs: RunArrays, timed: _Timed, stop: float) -> None:
+    """The end of :func:`_run_out_until_compiled` and of the event loop at a stop, on arrays:
+    the runs that end by the stop applied and timed, each busy replica's run in progress
+    planned (:meth:`Replica.plan_next`: the dry run's next run) and committed up to the stop
+    (:meth:`Replica.run_until`), then every replica settled (:meth:`CallPlanner.settle`); the
+    outcome goes to ``book.settled``."""
+    book = active[0].book
+    planned = planner.run_to_stop(np.bincount(kept_runs.replica, minlength=len(active)))
+    _check_same_runs(planned.runs, kept_runs)
+    finish_s = np.array(book.finish_s, np.float64)
+    time_planned(active, planned, timed, finish_s)
+    cut = False
+    for k, r in enumerate(active):
+        if not r.busy:
+            continue
+        cut = True
+        j = int(next_run[k])
+        assert busy[k] and dry.num_decode[j] == r.b and dry.num_wave[j] == len(r.wave)
+        n, chunk = int(dry.num_steps[j]), int(dry.chunk[j])
+        assert dry.context[j] == r.ctx_fixed + r.b * r.S
+        r.plan_n, r.plan_chunk = n, chunk
+        r.plan = r.step.run(r.b, r.ctx_fixed + r.b * r.S, chunk / n, r.wave_s_per_token, len(r.wave))
+        r.plan_s = r.plan.time_s(n)
+        r.run_until(stop, round_up=False)
+    planner.settle(finish_s)
+    book.settled = Settled(finish_s, planner.cols[3].copy(), cut)

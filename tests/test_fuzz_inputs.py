@@ -457,3 +457,15 @@ def test_a_layout_that_leaves_gpus_idle_is_warned_about(tmp_path: Path) -> None:
         load_scenario(small(**{"plan.layouts": {"actor": {"pp": 3}}}))
     with pytest.warns(UserWarning, match=r"plan.rollout: tp·pp = 3 does not divide the 8 GPUs"):
         load_scenario(small(**{"plan.rollout.tp": 1, "plan.rollout.pp": 3}))
+
+
+@pytest.mark.parametrize("profile, contains", [
+    ({"profiles": {"h100_sxm": 3}}, "hardware_profile.profiles.h100_sxm: a int, not a mapping"),  # was an internal error
+    ({"profiles": 3}, "hardware_profile.profiles: a int, not a mapping"),
+    ({"matmul_efficiency": True}, "hardware_profile.matmul_efficiency: true/false"),
+])
+def test_hardware_profile_shapes_found_by_hand(tmp_path: Path, profile: dict[str, Any], contains: str) -> None:
+    prof = write(tmp_path / "prof.yaml", profile)
+    res = invoke(["simulate", str(write(tmp_path / "sc.yaml", small(**{"cluster.profile": str(prof)}))),
+                  "--out", str(tmp_path / "out")], time_limit_s=30)
+    assert_one_line_error(res, contains=contains)

@@ -110,7 +110,7 @@ def parse(cls: type[M], data: Mapping[str, Any], where: str = "") -> M:
 
     flagged = boolean_for_number(cls, data)
     if flagged is not None:
-        raise SpecError(f"{where}: {flagged}" if where else flagged, "true/false given for a number", "a number")
+        raise SpecError(f"{where}.{flagged}" if where else flagged, "true/false given for a number", "a number")
     try:
         return cls.model_validate(dict(data))
     except ValidationError as err:

@@ -187,10 +187,15 @@ def _profile_from_file(shipped: HardwareProfile, aid: str, defined: Accelerator 
     data = _read_user_file(p)
     if "profiles" in data:
         profiles = data["profiles"]
-        if not isinstance(profiles, dict) or aid not in profiles:
+        if not isinstance(profiles, dict):
+            raise SpecError("hardware_profile.profiles", f"a {type(profiles).__name__}, not a mapping",
+                            "a mapping of accelerator id to profile fields")
+        if aid not in profiles:
             have = ", ".join(profiles) if isinstance(profiles, dict) else "none"
             raise SpecError("hardware_profile", f"{p.name} has no profile for {aid}", have)
         data = profiles[aid]
+        if not isinstance(data, dict):
+            raise SpecError(f"hardware_profile.profiles.{aid}", f"a {type(data).__name__}, not a mapping", "profile fields")
     data = {k: v for k, v in data.items() if k not in RECORD_KEYS}
     named = data.pop("accelerator", None)
     if isinstance(named, dict):

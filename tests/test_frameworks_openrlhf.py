@@ -197,3 +197,11 @@ def test_layout_errors_name_the_flag_that_does_not_fit() -> None:
 def test_a_model_option_without_a_value_says_so() -> None:
     with pytest.raises(SpecError, match=r"^--pretrain: no model given \(got True\)"):  # was "'True' is not in the catalog"
         import_openrlhf("--pretrain --remote_rm_url http://x")
+
+
+def test_a_script_whose_trainer_line_is_not_found_is_not_read_as_a_command_line() -> None:
+    # A heredoc holds the command (not read by rlperf): it was split as one command line and
+    # refused with "stray value 'EOF'".
+    script = "read -r -d '' CMD <<EOF\nopenrlhf.cli.train_ppo_ray --pretrain Qwen/Qwen2.5-7B\nEOF\nray job submit -- python3 -m $CMD\n"
+    with pytest.raises(SpecError, match=r"^script: no trainer invocation found"):
+        load_framework_config("openrlhf", script, [])

@@ -154,8 +154,10 @@ def _bare_command_line(text: str) -> bool:
     it names the trainer (read then by ``split_args``)."""
     from rlperf.frameworks.openrlhf_import import ENTRY
 
-    words = [w for ln in text.splitlines() if not ln.lstrip().startswith("#") for w in ln.split()]
-    return not words or words[0].startswith("-") or any(w.endswith((ENTRY, "train_ppo_ray.py")) for w in words)
+    lines = [ln for ln in text.replace("\\\n", " ").splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    words = [w for ln in lines for w in ln.split()]
+    return not words or words[0].startswith("-") or (
+        len(lines) == 1 and any(w.endswith((ENTRY, "train_ppo_ray.py")) for w in words))
 
 
 def _other_trainer(text: str, env: Mapping[str, str] | None) -> SpecError | None:

@@ -258,9 +258,16 @@ def plan(
         if progress:
             progress("what-ifs of the best plan", 0, 1)
         explanation = explain_plan(on, best.sim, partial(_what_if_sims, mapper, preset))
+    # Each phase below simulates the best plan again (other means); a piped run names it.
+    if progress and not choice.stated:
+        progress("step-time range: the best plan at published runs' mean lengths", 0, 1)
     interval = _interval(on, best, choice.stated, mapper)
     mean0 = sc.workload.response_length.mean_tokens()
+    if progress and steps and end_mean_response is not None and steps > 1:
+        progress("run totals: the best plan at the run's middle and last mean lengths", 0, 1)
     run = _run_totals(on, best, mean0, end_mean_response, steps, interval, mapper) if steps else None
+    if progress and lengths:
+        progress(f"length sweep: the best plan at {len(lengths)} mean lengths", 0, 1)
     sweep = tuple(_simulate_at(on, [float(m) for m in lengths], [0] * len(lengths), mapper))
     launch = None
     if preset is not None:

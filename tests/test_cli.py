@@ -105,3 +105,15 @@ def test_python_dash_m_runs_the_registered_commands(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr  # the hardware command ran and refused the GPU
     assert proc.stderr.startswith("error:") and "gpu" in proc.stderr and "internal error" not in proc.stderr
+
+
+def test_an_infinite_end_of_the_step_range_reads_infeasible() -> None:
+    # verl's DeepSeek-671B 80 GB script: the plan does not fit at the longer published mean; the
+    # answer printed "(at published runs' lengths 3.4 min - inf h)".
+    import math
+
+    from rlperf.cli.plan_cmd import _bound
+    from rlperf.cli.render import fmt_s
+
+    assert _bound(math.inf) == "infeasible at those lengths"
+    assert _bound(204.0) == fmt_s(204.0)

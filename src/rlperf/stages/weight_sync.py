@@ -34,9 +34,11 @@ slime broadcast the same way), tensor by tensor through one loop on every rank:
    fused tensors). verl's loops call it once per tensor (per_tensor, disaggregated), once per
    bucket (bucketed), once with a generator of all tensors (colocated hybrid engine).
 
-Host costs that follow the number of calls, not the bytes, are profile figures (None in every
-shipped profile: no source publishes them; ``rlperf validate --calibrate`` fits each on the
-calibration split), one per path because the paths do different host work per call:
+Host costs that follow the number of calls, not the bytes, are profile figures, one per path
+because the paths do different host work per call. The per-call and per-tensor figures are None
+in every shipped profile (no source publishes them; ``rlperf validate --calibrate`` fits each on
+the calibration split); the walk per engine parameter is measured by bench/bench_param_walk.py
+(``dict(named_parameters())`` on vLLM-shaped module trees, 1.83 us, a host-CPU figure):
 
     calls_per_tensor = N x weight_sync_tensor_overhead_s   (per_tensor: a Python step, an NCCL
                                                            launch and a sync per tensor)

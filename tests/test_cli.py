@@ -45,6 +45,10 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     (["plan", *SMALL, "--set", "N=1"], "--set: is read only with --from"),
     (["plan", *SMALL[2:], "--model", ""], "--model: is empty"),  # the default model answered
     (["plan", *SMALL, "--framework", " "], "--framework: is empty"),
+    # with --from the config sets these; they were ignored and the import answered, silently
+    (["plan", "--from", "verl", str(EXAMPLES / "verl_grpo_qwen2.5_7b.yaml"), "--prompts", "3"],
+     "--prompts: is set by the framework config"),
+    (["plan", "--from", "verl", str(EXAMPLES / "verl_grpo_qwen2.5_7b.yaml"), "--gpu", "Z100"], "gpu: unknown name 'Z100'"),
 ])
 def test_bad_input_is_one_line_naming_the_field(args: list[str], field: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(args, capsys)
@@ -117,3 +121,13 @@ def test_an_infinite_end_of_the_step_range_reads_infeasible() -> None:
 
     assert _bound(math.inf) == "infeasible at those lengths"
     assert _bound(204.0) == fmt_s(204.0)
+
+
+def test_plan_from_reads_the_gpu_and_mean_response_options(capsys: pytest.CaptureFixture[str]) -> None:
+    # Framework configs name no GPU: --gpu was ignored (H100 always), and so was --mean-response.
+    args = ["plan", "--from", "verl", str(EXAMPLES / "verl_grpo_qwen2.5_7b.yaml"), "-o", "trainer.nnodes=1",
+            "-o", "data.train_batch_size=32", "-o", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+            "--top-k", "1", "--jobs", "1", "--json", "--gpu", "A100", "--mean-response", "300"]
+    code, out, err = run(args, capsys)
+    assert code == 0, err
+    assert "a100" in out.lower() and "mean response length 300 tokens" in out

@@ -114,8 +114,24 @@ def plan_cmd(
         from rlperf.scenario import resolve
         from rlperf.specs.response_lengths import LengthChoice
 
-        spec, import_report = load_framework_config(from_kind, config, list(override or []), env=parse_env(set_ or []),
-                                                    model_config=model_config)
+        # The config sets these: with --from they were ignored and the import answered, silently.
+        for flag, value in (("--scenario", scenario), ("--model", model), ("--nodes", nodes),
+                            ("--gpus-per-node", gpus_per_node), ("--algorithm", algorithm), ("--workload", workload),
+                            ("--prompts", prompts), ("--group-size", group_size), ("--max-response", max_response),
+                            ("--median-response", median_response), ("--length-preset", length_preset)):
+            if value is not None:
+                raise SpecError(flag, "is set by the framework config given with --from",
+                                "change it in the config (verl: -o key=value; a script variable: --set NAME=VALUE)")
+        try:
+            spec, import_report = load_framework_config(from_kind, config, list(override or []), env=parse_env(set_ or []),
+                                                        model_config=model_config, gpu=gpu or "H100",
+                                                        mean_response_tokens=mean_response)
+        except SpecError as err:  # the import's name for the option, not this command's
+            if err.field != "--mean-response-tokens":
+                raise
+            raise SpecError("--mean-response", err.problem, err.allowed) from None
+        if hardware_profile is not None:  # framework configs name no hardware: the option's, as without --from
+            spec = spec.model_copy(update={"cluster": spec.cluster.model_copy(update={"profile": str(hardware_profile)})})
         sc = resolve(spec)
         resolved = (sc, LengthChoice(sc.workload.response_length, f"{from_kind} import: " + "; ".join(
             a for a in import_report.assumptions if "response" in a) or f"{from_kind} import"))

@@ -257,7 +257,7 @@ def plan(
     if explain:
         if progress:
             progress("what-ifs of the best plan", 0, 1)
-        explanation = explain_plan(on, best.sim, partial(_what_if_sims, mapper, preset))
+        explanation = explain_plan(on, best.sim, partial(_what_if_sims, mapper, preset), max_staleness)
     # Each phase below simulates the best plan again (other means); a piped run names it.
     if progress and not choice.stated:
         progress("step-time range: the best plan at published runs' mean lengths", 0, 1)

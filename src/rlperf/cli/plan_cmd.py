@@ -202,8 +202,8 @@ def render_answer(ans: PlanAnswer) -> None:
             console.print(f"[bold]distance to the bound:[/] {gap.headline()}", markup=True, highlight=False)
         console.print(f"[bold]best plan:[/] {ans.explanation.headline()}; what if (simulated):")
         for x in ans.explanation.what_ifs[:3]:
-            got = (f"{fmt_s(x.step_time_s)} ({x.speedup:.2f}x, staleness {x.staleness_summary or x.staleness})" if x.step_time_s != float("inf")
-                   else x.note[:90])
+            got = (f"{fmt_s(x.step_time_s)} ({x.speedup:.2f}x, staleness {x.staleness_summary or x.staleness})"
+                   + (f"; {x.note}" if x.note else "") if x.step_time_s != float("inf") else x.note[:90])
             console.print(f"  {x.change}: {got}", markup=False, highlight=False)
     if ans.launch is not None:
         console.print(f"[bold]launch with {ans.launch.framework}[/] (the best plan):")

@@ -124,8 +124,13 @@ def explain(
     sc: Scenario,
     result: SimResult,
     simulate: Callable[[Sequence[tuple[Scenario, Plan]]], list[SimResult | str]],
+    max_staleness: int | None = None,
 ) -> Explanation:
-    """Bottlenecks of ``result`` (the simulation of ``sc.plan``) and its what-if variants."""
+    """Bottlenecks of ``result`` (the simulation of ``sc.plan``) and its what-if variants.
+
+    A variant whose trained responses lag more versions than ``max_staleness`` (the search's
+    limit) is still shown, since it is what the speed would cost, but its note says the search
+    would not pick it: otherwise a faster what-if reads like a plan the planner missed."""
     vs = variants(sc)
     sims = simulate([(sc, p) for _, p in vs])
     whatifs = []
@@ -135,7 +140,9 @@ def explain(
             continue
         stale = max(r.staleness) if r.staleness else plan.mode.effective_staleness
         t = r.normalized_step_time_s
-        whatifs.append(WhatIf(label, t, result.normalized_step_time_s / t, stale,
+        over = max_staleness is not None and stale > max(max_staleness, 0)
+        note = f"lags {stale} versions, above the staleness limit {max(max_staleness or 0, 0)}: not a candidate" if over else ""
+        whatifs.append(WhatIf(label, t, result.normalized_step_time_s / t, stale, note=note,
                               staleness_summary=r.staleness_distribution.summary()))
     whatifs.sort(key=lambda w: (-w.speedup, w.change))
     lb = result.bounds.lower_bound_s

@@ -116,11 +116,10 @@ def test_an_infinite_end_of_the_step_range_reads_infeasible() -> None:
     # answer printed "(at published runs' lengths 3.4 min - inf h)".
     import math
 
-    from rlperf.cli.plan_cmd import _bound
-    from rlperf.cli.render import fmt_s
+    from rlperf.cli.render import fmt_range_end, fmt_s
 
-    assert _bound(math.inf) == "infeasible at those lengths"
-    assert _bound(204.0) == fmt_s(204.0)
+    assert fmt_range_end(math.inf) == "infeasible at those lengths"
+    assert fmt_range_end(204.0) == fmt_s(204.0)
 
 
 def test_plan_from_reads_the_gpu_and_mean_response_options(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,7 @@ import typer
 
 from rlperf.api import DEFAULT_SCENARIO, PlanAnswer, RunTotals
 from rlperf.cli.app import app, collector_paused
-from rlperf.cli.render import console, fmt_bytes, fmt_s, progress_reporter, table
+from rlperf.cli.render import console, fmt_bytes, fmt_range_end, fmt_s, progress_reporter, table
 from rlperf.plan.memory_breakdown import RoleMemory
 from rlperf.plan.search import PlanEvaluation, PlanSearchResult
 
@@ -176,7 +176,7 @@ def render_answer(ans: PlanAnswer) -> None:
     console.print(ans.lengths.describe(), markup=False, highlight=False)
     render_ranked(res)
     iv = ans.interval
-    rng = f" ({iv.label} {_bound(iv.low_s)} - {_bound(iv.high_s)})" if not math.isnan(iv.low_s) else ""
+    rng = f" ({iv.label} {fmt_range_end(iv.low_s)} - {fmt_range_end(iv.high_s)})" if not math.isnan(iv.low_s) else ""
     cost = f", ${b.cost_usd_per_step:,.2f}/step" if b.cost_usd_per_step is not None else ""
     console.print(f"[bold green]best:[/] {b.label} on {b.num_gpus} GPUs: {fmt_s(b.step_time_s)} per step{rng}{cost}")
     console.print(f"  [dim]range: {iv.describe()}[/]")
@@ -249,16 +249,10 @@ def render_ranked(res: PlanSearchResult) -> None:
                   "that ranked the candidates; bound: work-depth lower bound of the step[/]")
 
 
-def _bound(seconds: float) -> str:
-    """One end of a step-time range; infinite where the plan does not run at those lengths
-    (e.g. out of memory at the longer mean), which "inf h" did not say."""
-    return fmt_s(seconds) if math.isfinite(seconds) else "infeasible at those lengths"
-
-
 def render_run(run: RunTotals) -> None:
     iv = run.interval
     cost = f", ${run.cost_usd:,.0f}" if run.cost_usd is not None else ""
-    rng = f" ({iv.label} {_bound(iv.low_s)} - {_bound(iv.high_s)})" if not math.isnan(iv.low_s) else ""
+    rng = f" ({iv.label} {fmt_range_end(iv.low_s)} - {fmt_range_end(iv.high_s)})" if not math.isnan(iv.low_s) else ""
     console.print(f"[bold]run of {run.steps} steps:[/] {fmt_s(run.total_s)}{rng}, {run.gpu_hours:,.1f} GPU-hours on "
                   f"{run.num_gpus} GPUs{cost}")
     if len(run.points) > 1:

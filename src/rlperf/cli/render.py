@@ -29,6 +29,12 @@ def fmt_s(t: float) -> str:
     return f"{t * 1e6:.0f} µs"
 
 
+def fmt_range_end(seconds: float) -> str:
+    """One end of a step-time range; infinite where the plan does not run at those lengths
+    (e.g. out of memory at the longer mean), which "inf h" did not say."""
+    return fmt_s(seconds) if math.isfinite(seconds) else "infeasible at those lengths"
+
+
 def fmt_bytes(n: float) -> str:
     for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if abs(n) >= scale:

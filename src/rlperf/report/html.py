@@ -19,7 +19,7 @@ from typing import Any
 
 from typing import TYPE_CHECKING
 
-from rlperf.cli.render import fmt_bytes, fmt_s
+from rlperf.cli.render import fmt_bytes, fmt_range_end, fmt_s
 from rlperf.errors import SpecError
 from rlperf.plan.memory_breakdown import RoleMemory
 from rlperf.plan.explain import Explanation
@@ -223,7 +223,7 @@ def _header(ans: PlanAnswer) -> str:
                     + (f", {price:.2f} USD/GPU-h)" if price is not None else ")")),
         ("workload", f"{wl.prompts_per_step} prompts x {wl.group_size} responses, max response {wl.max_response_tokens:,} tokens"),
         ("response lengths", ans.lengths.describe().removeprefix("response lengths: ")),
-        ("step-time range", (f"{fmt_s(iv.low_s)} - {fmt_s(iv.high_s)}: " if math.isfinite(iv.low_s) else "") + iv.describe()),
+        ("step-time range", (f"{fmt_range_end(iv.low_s)} - {fmt_range_end(iv.high_s)}: " if math.isfinite(iv.low_s) else "") + iv.describe()),
     ]
     if ans.framework:
         facts.append(("framework", f"only plans {ans.framework} runs"))
@@ -231,7 +231,7 @@ def _header(ans: PlanAnswer) -> str:
         r = ans.run
         facts.append(("run", f"{r.steps} steps: {r.hours:,.1f} h, {r.gpu_hours:,.0f} GPU-hours on {r.num_gpus} GPUs"
                              + (f", {r.cost_usd:,.0f} USD" if r.cost_usd is not None else "")
-                             + (f" ({r.interval.label} {r.interval.low_s / 3600:,.1f} - {r.interval.high_s / 3600:,.1f} h)"
+                             + (f" ({r.interval.label} {fmt_range_end(r.interval.low_s)} - {fmt_range_end(r.interval.high_s)})"
                                 if math.isfinite(r.interval.low_s) else "")))
     if ans.sweep:
         facts.append(("length sweep", ", ".join(f"mean {p.mean_response_tokens:,.0f}: {fmt_s(p.step_time_s)}" for p in ans.sweep)))

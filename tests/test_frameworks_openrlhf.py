@@ -39,6 +39,7 @@ def test_ppo_separate_groups_field_by_field() -> None:
     assert (e.tp, e.replicas, e.gpu_memory_utilization, e.prefix_sharing) == (2, 4, 0.9, False)
     lay = spec.plan.layouts["actor"]
     assert (lay.dp, lay.zero_stage, lay.recompute, lay.micro_batch_size, lay.cp_kind) == (8, 3, "full", 4, "ring")
+    assert lay.gather_unit == "module"  # DeepSpeed's ZeRO-3 gathers submodule by submodule
     assert set(spec.plan.layouts) == {"actor"}  # every group has 8 GPUs: same layout
     w = resolve_workload(spec.workload)
     assert (w.prompts_per_step, w.group_size, w.max_prompt_tokens, w.max_response_tokens) == (512, 1, 1024, 2048)

@@ -412,6 +412,9 @@ class _Importer:
             "micro_batch_size": self.int_("micro_train_batch_size", "micro_batch_size"),
             "max_tokens_per_microbatch": self.int_("train_max_tokens_per_gpu", "max_tokens_per_microbatch") if dyn else None,
             "offload_optimizer": self.flag("adam_offload", "CPU optimizer"),
+            # OpenRLHF trains with DeepSpeed, whose ZeRO-3 coordinator (fetch_sub_module) gathers
+            # each submodule's parameters from its own hook: one all-gather per linear projection.
+            "gather_unit": "module",
             # make_experience's forward passes (reference, old log-probs, values, reward model):
             # --micro_rollout_batch_size, or --rollout_max_tokens_per_gpu with dynamic batching
             "forward_micro_batch_size": self._forward("micro_rollout_batch_size", not dyn),

@@ -115,7 +115,6 @@ class _Iter:
     tail_s: float = 0.0
     stage_costs: dict[str, list[StageCost]] = field(default_factory=dict)
 
-
     def copy(self) -> _Iter:
         """A copy that the tasks of this iteration can go on changing apart (arrays are
         replaced, never written in place; the lists are appended to)."""

@@ -90,3 +90,24 @@ def test_plan_ray_ctrl_c(tmp_path: Path) -> None:
     code, err = interrupt(["plan", "--executor", "ray", "--report", str(tmp_path / "report")], tmp_path, after_s=1,
                           wait_for=r"Started a local Ray instance")
     assert_interrupted(code, err)
+
+
+def test_an_interrupt_inside_a_c_call_is_an_interrupt(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Ctrl-C landing in a C or compiled call surfaces as another exception carrying it
+    (``SystemError: <built-in ...> returned a result with an exception set``, seen in
+    test_plan_ctrl_c): it exits 130 with the interrupt's line, not as an internal error (70)."""
+    import rlperf.cli.app as cli
+
+    def raising(**_: object) -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as ki:
+            raise SystemError("<built-in method> returned a result with an exception set") from ki
+
+    cli._register()  # the commands register on the real app first
+    monkeypatch.delitem(sys.modules, "ray", raising=False)  # with Ray loaded, _interrupted leaves by os._exit
+    monkeypatch.setattr(cli, "app", raising)
+    with pytest.raises(SystemExit) as ex:
+        cli.main(["plan"])
+    assert ex.value.code == 130
+    assert capsys.readouterr().err.strip() == "error: interrupted (nothing written)"

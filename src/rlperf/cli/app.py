@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> None:
                 raise SystemExit(2) from None
             if isinstance(err, getattr(exc, "Abort", ())):
                 _interrupted()
+        if _from_interrupt(err):
+            _interrupted()
         if os.environ.get("RLPERF_TRACEBACK"):
             raise
         # A bug, not a bad input: one line still, with its own exit code (EX_SOFTWARE) so that
@@ -130,6 +132,21 @@ def main(argv: list[str] | None = None) -> None:
         _interrupted()
     if isinstance(code, int) and code != 0:
         raise SystemExit(code)
+
+
+def _from_interrupt(err: BaseException) -> bool:
+    """Whether ``err`` was raised because of a Ctrl-C: a KeyboardInterrupt that lands inside a
+    C or compiled call (numpy, numba, a process pool's result handling) can surface as another
+    exception (``SystemError: ... returned a result with an exception set``) that carries it as
+    its cause or context."""
+    seen: set[int] = set()
+    cur: BaseException | None = err
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def _interrupted() -> NoReturn:

@@ -427,7 +427,8 @@ def test_an_error_in_a_hardware_profile_names_that_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("override, contains", [
     ("trainer.nnodes=100000", "trainer.nnodes: 100,000 nodes is outside"),  # was refused as "dp"
-    ("'actor_rollout_ref.rollout.n=${oc.env:N,8}'", "an interpolation rlperf does not resolve"),
+    ("'actor_rollout_ref.rollout.n=${oc.env:RLPERF_UNSET_VAR}'", "rollout.n: ${oc.env:RLPERF_UNSET_VAR} reads the environment"),
+    ("'actor_rollout_ref.rollout.n=${eval:2*4}'", "rollout.n: ${eval:2*4} uses a resolver rlperf does not run"),
     # the cap vanished into a sub-key nobody reads and verl's default 1024 was used, silently
     ("data.max_response_length=4096 'data.max_response_length={a: 1}'", "data.max_response_length: a mapping"),
     # the section's keys were dropped and verl's defaults used (rollout.n 1, not the script's 4)

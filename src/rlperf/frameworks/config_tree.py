@@ -3,9 +3,15 @@
 verl is configured with Hydra/OmegaConf: a YAML tree plus command-line overrides
 ``a.b.c=value`` (``+a.b=value`` adds a key, ``++a.b=value`` adds or replaces, ``~a.b`` deletes).
 Values may refer to other keys: ``${a.b}``, ``${oc.select:a.b,default}`` and the relative
-``${.sibling}``. This module flattens the tree to ``{"a.b.c": leaf}`` so every key can be
-accounted for, applies overrides in order, and resolves those three interpolation forms (other
-resolvers are left as written and the reader that needs the value reports it).
+``${.sibling}``; a key the configuration leaves out is looked up in the framework's defaults
+(what its base YAML holds). ``${oc.env:NAME}`` and ``${oc.env:NAME,default}`` read an
+environment variable as OmegaConf does (OmegaConf docs, "oc.env"): the variable's value when it
+is set (the launch command's environment: ``--set`` and the script's exports, then this
+process's), else the default (``str(default)``, ``null`` -> None); ``${oc.decode:text}`` parses
+its text as a YAML scalar. This module flattens the tree to ``{"a.b.c": leaf}`` so every key
+can be accounted for, applies overrides in order, and resolves those forms; a value that cannot
+be resolved (an unset variable without a default, a key nobody sets, another resolver) is left
+as written, and reading it is an error naming the key and why.
 
 :class:`KeyReader` hands values to an importer and remembers which keys it read, so the keys it
 never read can be listed as ignored, unsupported or unknown.
@@ -14,8 +20,10 @@ never read can be listed as ignored, unsupported or unknown.
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -94,52 +102,147 @@ def apply_overrides(flat: dict[str, Any], overrides: Iterable[str]) -> dict[str,
     return out
 
 
-def resolve_interpolations(flat: dict[str, Any]) -> dict[str, Any]:
-    """Resolve ``${key}``, ``${oc.select:key,default}`` and ``${.sibling}`` (to a fixed point)."""
-    out = dict(flat)
+@dataclass(frozen=True)
+class Environment:
+    """The environment ``${oc.env:NAME}`` reads: what the launch gives the trainer, then this
+    process's (OmegaConf reads ``os.environ`` of the trainer's process)."""
+
+    launch: Mapping[str, str] = field(default_factory=dict)
+    """Variables the launch command sets: ``--set NAME=VALUE`` and a script's exports."""
+    exported: frozenset[str] = frozenset()
+    """The names of ``launch`` the script itself exports (the rest came from ``--set``)."""
+    script_only: frozenset[str] = frozenset()
+    """Variables the script sets without exporting them: the trainer does not see them."""
+    process: Mapping[str, str] | None = None
+    """This process's environment (None: ``os.environ``)."""
+
+    def lookup(self, name: str) -> tuple[str | None, str]:
+        """The variable's value (None when unset) and where it came from."""
+        if name in self.launch:
+            return self.launch[name], "exported by the script" if name in self.exported else "given with --set"
+        process = os.environ if self.process is None else self.process
+        if name in process:
+            return process[name], "from this process's environment"
+        return None, ""
+
+
+@dataclass
+class Resolution:
+    """Resolved values, and what could not be resolved or came from the environment."""
+
+    flat: dict[str, Any]
+    unresolved: dict[str, str] = field(default_factory=dict)
+    """key -> why its interpolation could not be resolved (an error when the key is read)."""
+    env_reads: dict[str, str] = field(default_factory=dict)
+    """``${oc.env:...}`` -> where its value came from (for the import's notes)."""
+
+
+def resolve_interpolations(
+    flat: dict[str, Any], defaults: Mapping[str, Any] | None = None, env: Environment | None = None
+) -> dict[str, Any]:
+    """Resolve ``${key}``, ``${oc.select:key,default}``, ``${.sibling}``, ``${oc.env:...}`` and
+    ``${oc.decode:...}`` (to a fixed point); see :func:`resolve`."""
+    return resolve(flat, defaults, env).flat
+
+
+def resolve(flat: dict[str, Any], defaults: Mapping[str, Any] | None = None, env: Environment | None = None) -> Resolution:
+    """:func:`resolve_interpolations` with the reasons behind what stayed unresolved."""
+    res = Resolution(dict(flat))
+    scope = _Scope(res.flat, defaults or {}, env or Environment(), res)
     for _ in range(16):  # chains of references are short; the bound stops cycles
         changed = False
-        for key, value in out.items():
+        for key, value in res.flat.items():
             if isinstance(value, str) and "${" in value:
-                new = _substitute(key, value, out)
+                new = _substitute(key, value, scope)
                 if new != value:
-                    out[key] = new
+                    res.flat[key] = new
                     changed = True
         if not changed:
             break
-    return out
+    for key, value in res.flat.items():
+        if isinstance(value, str) and "${" in value:
+            why = scope.why(key, value)
+            if why:
+                res.unresolved[key] = why
+    return res
 
 
-def _lookup(here: str, ref: str, flat: Mapping[str, Any]) -> tuple[bool, Any]:
-    if ref.startswith("."):
-        parent = here.rsplit(".", 1)[0] if "." in here else ""
-        ref = f"{parent}.{ref[1:]}" if parent else ref[1:]
-    if ref in flat:
-        return True, flat[ref]
-    subtree = {k[len(ref) + 1 :]: v for k, v in flat.items() if k.startswith(ref + ".")}
-    return (True, subtree) if subtree else (False, None)
+@dataclass(frozen=True)
+class _Scope:
+    flat: dict[str, Any]
+    defaults: Mapping[str, Any]
+    env: Environment
+    res: Resolution
 
-
-def _resolve_one(here: str, expr: str, flat: Mapping[str, Any]) -> tuple[bool, Any]:
-    if expr.startswith("oc.select:"):
-        ref, _, default = expr[len("oc.select:") :].partition(",")
-        found, value = _lookup(here, ref.strip(), flat)
-        return (True, value) if found else (True, parse_value(default.strip()) if default else None)
-    if ":" in expr:  # other resolvers (oc.env, eval, ...) are not evaluated
+    def lookup(self, here: str, ref: str) -> tuple[bool, Any]:
+        if ref.startswith("."):
+            parent = here.rsplit(".", 1)[0] if "." in here else ""
+            ref = f"{parent}.{ref[1:]}" if parent else ref[1:]
+        for tree in (self.flat, self.defaults):
+            if ref in tree:
+                return True, tree[ref]
+            subtree = {k[len(ref) + 1 :]: v for k, v in tree.items() if k.startswith(ref + ".")}
+            if subtree:
+                return True, subtree
         return False, None
-    return _lookup(here, expr.strip(), flat)
+
+    def resolve_one(self, here: str, expr: str) -> tuple[bool, Any]:
+        if expr.startswith("oc.select:"):
+            ref, _, default = expr[len("oc.select:") :].partition(",")
+            found, value = self.lookup(here, ref.strip())
+            return (True, value) if found else (True, parse_value(default.strip()) if default else None)
+        if expr.startswith("oc.env:"):
+            name, comma, default = (part.strip() for part in expr[len("oc.env:") :].partition(","))
+            value, source = self.env.lookup(name)
+            if value is not None:
+                self.res.env_reads[f"${{{expr}}}"] = f"{name}={value} ({source})"
+                return True, value
+            if not comma:
+                return False, None
+            text = _unquote(default)
+            self.res.env_reads[f"${{{expr}}}"] = f"{text} (the default: {name} is not set)"
+            return True, None if text == "null" else text
+        if expr.startswith("oc.decode:"):
+            text = expr[len("oc.decode:") :].strip()
+            return True, parse_value(_unquote(text))
+        if ":" in expr:  # other resolvers (eval, hydra, ...) are not evaluated
+            return False, None
+        return self.lookup(here, expr.strip())
+
+    def why(self, key: str, value: str) -> str:
+        """Why ``value`` (of ``key``) still holds an interpolation, or '' when it is not one."""
+        for m in _REF.finditer(value):
+            expr = m.group(1).strip()
+            if expr.startswith("oc.env:"):
+                name = expr[len("oc.env:") :].partition(",")[0].strip()
+                hint = (f" (the script sets {name} without exporting it)" if name in self.env.script_only else "")
+                return (f"${{{expr}}} reads the environment variable {name}, which is not set, and gives no "
+                        f"default{hint}; allowed: --set {name}=VALUE, or a default: ${{oc.env:{name},VALUE}}")
+            if ":" in expr:
+                return f"{m.group(0)} uses a resolver rlperf does not run; allowed: the value itself as an override"
+            if not self.lookup(key, expr)[0]:
+                hint = (f" (a shell variable {expr} is not expanded inside single quotes)"
+                        if expr in self.env.script_only or expr in self.env.launch else "")
+                return f"{m.group(0)} refers to {expr}, which the configuration does not set{hint}; allowed: a key that is set, or the value itself"
+        return ""
 
 
-def _substitute(here: str, value: str, flat: Mapping[str, Any]) -> Any:
+def _unquote(text: str) -> str:
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+def _substitute(here: str, value: str, scope: _Scope) -> Any:
     whole = _REF.fullmatch(value)
     if whole:
-        found, resolved = _resolve_one(here, whole.group(1), flat)
+        found, resolved = scope.resolve_one(here, whole.group(1))
         if found and not (isinstance(resolved, str) and "${" in resolved):
             return resolved
         return value
 
     def repl(m: re.Match[str]) -> str:
-        found, resolved = _resolve_one(here, m.group(1), flat)
+        found, resolved = scope.resolve_one(here, m.group(1))
         return fmt_value(resolved) if found and not isinstance(resolved, dict) else m.group(0)
 
     return _REF.sub(repl, value)
@@ -148,10 +251,20 @@ def _substitute(here: str, value: str, flat: Mapping[str, Any]) -> Any:
 class KeyReader:
     """Reads keys for an importer; remembers what was read and which defaults were used."""
 
-    def __init__(self, flat: dict[str, Any], rec: Recorder) -> None:
+    def __init__(self, flat: dict[str, Any], rec: Recorder, unresolved: Mapping[str, str] | None = None) -> None:
         self.flat = flat
         self.rec = rec
         self.read: set[str] = set()
+        self.unresolved = dict(unresolved or {})
+        """key -> why its interpolation was not resolved: reading it is an error."""
+
+    def _value(self, key: str) -> Any:
+        self.read.add(key)
+        why = self.unresolved.get(key)
+        if why is not None:
+            problem, _, allowed = why.partition("; allowed: ")
+            raise SpecError(key, problem, allowed)
+        return self.flat[key]
 
     def has(self, key: str) -> bool:
         return key in self.flat
@@ -162,8 +275,7 @@ class KeyReader:
     def get(self, key: str, default: Any, note: str = "") -> Any:
         """The value of ``key``, or ``default`` (recorded as defaulted when not None)."""
         if key in self.flat:
-            self.read.add(key)
-            return self.flat[key]
+            return self._value(key)
         if default is not None:
             self.rec.default(key, default, note)
         return default
@@ -172,8 +284,7 @@ class KeyReader:
         """The first of ``keys`` present (for renamed keys), else ``default`` under ``keys[0]``."""
         for key in keys:
             if key in self.flat:
-                self.read.add(key)
-                return key, self.flat[key]
+                return key, self._value(key)
         if default is not None:
             self.rec.default(keys[0], default, note)
         return keys[0], default

@@ -99,7 +99,10 @@ def load_framework_config(
             config = path_or_args
         else:
             config, extra = None, list(path_or_args) + extra
-        return import_verl(config, extra, gpu=gpu, mean_response_tokens=mean_response_tokens, model_config=model_config)
+        from rlperf.frameworks.config_tree import Environment
+
+        return import_verl(config, extra, gpu=gpu, mean_response_tokens=mean_response_tokens, model_config=model_config,
+                           env=Environment(dict(env or {})))
     if key == "openrlhf":
         from rlperf.frameworks.openrlhf_import import import_openrlhf
 

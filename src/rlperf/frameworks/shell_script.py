@@ -72,6 +72,13 @@ class ScriptReading:
     # argument key (``trainer.nnodes``, ``--actor_num_nodes``) -> the unset variables its value
     # came from, directly or through variables assigned from them (``N=${SLURM_NNODES}``)
     unset: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    environment: Mapping[str, str] = field(default_factory=dict)
+    """The trainer's environment as the launch sets it: ``--set`` values and the script's exports
+    (``export NAME=...``, ``NAME=... python ...``), with their values at the invocation."""
+    exported: frozenset[str] = frozenset()
+    """The names in ``environment`` that the script exports (the rest came from ``--set``)."""
+    script_only: frozenset[str] = frozenset()
+    """Variables the script sets without exporting: the trainer does not see them."""
 
     def explain(self, err: SpecError) -> SpecError:
         """``err`` with the unset variables behind its field named (a bad value is often one)."""
@@ -98,6 +105,7 @@ class _Shell:
     unset_read: list[str] = field(default_factory=list)  # unset variables read, in order
     derived: dict[str, tuple[str, ...]] = field(default_factory=dict)  # variable -> unset ones it came from
     unset_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    exported: set[str] = field(default_factory=set)  # names the script exports
 
     def warn(self, text: str) -> None:
         if text not in self.warnings:
@@ -112,11 +120,20 @@ def read_launch_script(
     Raises:
         SpecError: no command of the script runs an entry point that ``is_entry`` accepts.
     """
-    shell = _Shell({**_ENVIRONMENT, **(env or {})})
+    given = dict(env or {})
+    shell = _Shell({**_ENVIRONMENT, **given})
     found = _run(text, shell, is_entry, 0)
     if found is None:
         raise SpecError("script", "no trainer invocation found (python -m <trainer> ..., ray job submit -- ..., deepspeed --module ...)")
-    return ScriptReading(found, tuple(shell.warnings), dict(shell.unset_args))
+    names = set(given) | shell.exported
+    environment = {n: _joined(shell.variables[n]) for n in sorted(names) if n in shell.variables}
+    script_only = frozenset(n for n in shell.variables if n not in names and n not in _ENVIRONMENT)
+    return ScriptReading(found, tuple(shell.warnings), dict(shell.unset_args), environment,
+                         frozenset(shell.exported), script_only)
+
+
+def _joined(value: str | list[str]) -> str:
+    return " ".join(value) if isinstance(value, list) else value
 
 
 # ---------------------------------------------------------------------- tokens
@@ -557,10 +574,23 @@ def _command(words: list[_Word], shell: _Shell, is_entry: Callable[[str], bool],
     if i == len(words):
         return None
     if words[i].raw in _DECLARE:
+        exports = words[i].raw == "export" or any(w.raw.startswith("-") and "x" in w.raw for w in words[i + 1 :])
         for w in words[i + 1 :]:
             if not w.raw.startswith("-") and not _assign(w.raw, shell) and _NAME.fullmatch(w.raw) is None:
                 shell.warn(f"'{words[i].raw} {w.raw}' not understood")
+            assigned = _ASSIGN.match(w.raw)
+            name = assigned.group(1) if assigned else w.raw if _NAME.fullmatch(w.raw) else None
+            if exports and name is not None:
+                shell.exported.add(name)
         return None
+    found = _invocation(words, i, shell, is_entry, depth)
+    if found is not None:  # VAR=x before the command: in the trainer's environment
+        shell.exported.update(m.group(1) for w in words[:i] if (m := _ASSIGN.match(w.raw)) is not None)
+    return found
+
+
+def _invocation(words: list[_Word], i: int, shell: _Shell, is_entry: Callable[[str], bool], depth: int) -> Invocation | None:
+    """The trainer invocation in the command ``words[i:]``, if it is one (or a ``bash -c`` holding one)."""
     tokens: list[str] = []
     size = 0
     for w in words[i:]:

@@ -57,11 +57,12 @@ from rlperf.frameworks.common import (
     kl_setting,
 )
 from rlperf.frameworks.config_tree import (
+    Environment,
     KeyReader,
     apply_overrides,
     classify_rest,
     flatten,
-    resolve_interpolations,
+    resolve,
 )
 from rlperf.frameworks.report import ImportReport, Recorder
 from rlperf.frameworks.verl_keys import (
@@ -110,12 +111,14 @@ def import_verl(
     recipe: str | None = None,
     source: str | None = None,
     model_config: str | None = None,
+    env: Environment | None = None,
 ) -> tuple[ScenarioSpec, ImportReport]:
     """A scenario from a verl YAML file (or mapping, or None for verl's defaults) and overrides.
 
     ``recipe`` (``main``, ``one_step_off``, ``fully_async``) is the trainer the entry point
     names, when known; otherwise it is read from the keys. A YAML file's ``defaults:`` list is
-    composed as Hydra would."""
+    composed as Hydra would. ``env`` is what ``${oc.env:NAME}`` reads (default: this process's
+    environment); references to keys the configuration leaves out read verl's defaults."""
     from rlperf.frameworks.hydra_compose import compose
 
     if config is None:
@@ -125,9 +128,11 @@ def import_verl(
         tree, label = (config, "a mapping") if isinstance(config, Mapping) else (compose(config), str(config))
         if overrides:
             label += f" + {len(overrides)} overrides"
-    flat = resolve_interpolations(apply_overrides(flatten(tree), overrides))
+    resolved = resolve(apply_overrides(flatten(tree), overrides), DEFAULTS, env)
     rec = Recorder("verl", source or label, model_config)
-    r = KeyReader(flat, rec)
+    for expr, value in sorted(resolved.env_reads.items()):
+        rec.assume(f"{expr} = {value}")
+    r = KeyReader(resolved.flat, rec, resolved.unresolved)
     return _Importer(r, gpu, mean_response_tokens, recipe).run()
 
 

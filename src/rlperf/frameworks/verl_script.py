@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rlperf.frameworks.config_tree import Environment
 from rlperf.frameworks.report import ImportReport
 from rlperf.errors import SpecError
 from rlperf.frameworks.shell_script import read_launch_script
@@ -134,6 +135,7 @@ def import_verl_script(
             recipe=inv.recipe(),
             source=f"{p.name} ({inv.entry}, config {inv.config_name})",
             model_config=model_config,
+            env=Environment(reading.environment, reading.exported, reading.script_only),
         )
     except SpecError as err:
         raise reading.explain(err) from None

@@ -12,6 +12,8 @@ from rlperf.specs.hardware_catalog import make_cluster
 from rlperf.specs.parallel import TrainLayout
 from rlperf.stages.microbatch import microbatches_for
 from rlperf.stages.pass_cost import (
+    HF_EAGER_BACKWARD_BYTES,
+    HF_EAGER_FORWARD_BYTES,
     UNFUSED_BACKWARD_BYTES,
     UNFUSED_FORWARD_BYTES,
     LayoutCosts,
@@ -29,9 +31,13 @@ def _with(cluster, **fields):  # type: ignore[no-untyped-def]
     return cluster.model_copy(update={"profile": cluster.profile.model_copy(update=fields)})
 
 
-def test_unfused_attention_moves_the_square_of_scores_through_hbm() -> None:
-    tp, b, s = 2, 3, 1024
-    lay = TrainLayout(tp=tp, micro_batch_size=b, attention_kernel="unfused", packing=False)
+@pytest.mark.parametrize(("backend", "fwd_table", "bwd_table", "sums"), [
+    ("megatron", UNFUSED_FORWARD_BYTES, UNFUSED_BACKWARD_BYTES, (13, 19)),  # fused scale-mask-softmax
+    ("fsdp", HF_EAGER_FORWARD_BYTES, HF_EAGER_BACKWARD_BYTES, (24, 46)),  # Hugging Face's eager ops
+])
+def test_unfused_attention_moves_the_square_of_scores_through_hbm(backend, fwd_table, bwd_table, sums) -> None:  # type: ignore[no-untyped-def]
+    tp, b, s = 2, 4, 1024  # b x heads per rank = 32: Megatron's fused softmax kernel applies
+    lay = TrainLayout(tp=tp, micro_batch_size=b, attention_kernel="unfused", packing=False, backend=backend)
     costs = LayoutCosts(MODEL, A100, lay)
     shard = costs.shards[0]
     mb = MicroBatchShapes.of(microbatches_for(np.full(b, s), lay), padded=True)
@@ -39,11 +45,14 @@ def test_unfused_attention_moves_the_square_of_scores_through_hbm() -> None:
     io = shard.attention_io_per_token * b * s * 2  # q, k, v, o in bf16
     fwd = costs._attention(shard, mb, backward=False)
     bwd = costs._attention(shard, mb, backward=True)
-    assert fwd.bytes[0] == pytest.approx(UNFUSED_FORWARD_BYTES.sum() * scores + io, rel=1e-12)
-    assert bwd.bytes[0] == pytest.approx(UNFUSED_BACKWARD_BYTES.sum() * scores + 2 * io, rel=1e-12)
-    assert UNFUSED_FORWARD_BYTES.sum() == 13 and UNFUSED_BACKWARD_BYTES.sum() == 19
+    assert fwd.bytes[0] == pytest.approx(fwd_table.sum() * scores + io, rel=1e-12)
+    assert bwd.bytes[0] == pytest.approx(bwd_table.sum() * scores + 2 * io, rel=1e-12)
+    assert (fwd_table.sum(), bwd_table.sum()) == sums
     # both score GEMMs (QK^T and PV) over the full square: 2 x 2 x head_dim FLOPs per score
     assert fwd.flops[0] == pytest.approx(2 * 2 * MODEL.head_dim * scores)
+    assert bwd.flops[0] == pytest.approx(4 * 2 * MODEL.head_dim * scores)  # dP, dV, dQ, dK
+    # one kernel per op, the core counted once in the shard's kernels
+    assert costs._kernels(shard) == shard.kernels + (len(fwd_table) - 1) * shard.num_layers
     flash = LayoutCosts(MODEL, A100, lay.model_copy(update={"attention_kernel": "flash"}))
     assert flash._attention(shard, mb, backward=False).time_s[0] < fwd.time_s[0]
 
@@ -156,14 +165,15 @@ def test_softmax_fallback_adds_its_bytes_kernels_and_host_ops() -> None:
     cl = _with(A100, megatron_layer_overhead_s=h)
     lay = TrainLayout(tp=tp, micro_batch_size=1, zero_stage=0, backend="megatron", recompute="full",
                       attention_kernel="unfused", packing=False)
-    fused = LayoutCosts(model, cl, lay.model_copy(update={"backend": "fsdp"}))
     costs = LayoutCosts(model, cl, lay)
     shard = costs.shards[0]
     mb = MicroBatchShapes.of(microbatches_for(np.full(1, s), lay), padded=True)
     scores = shard.num_layers * model.num_heads / tp * s * s
-    for backward, extra in ((False, 36 - 4), (True, 40 - 6)):
-        diff = costs._attention(shard, mb, backward).bytes[0] - fused._attention(shard, mb, backward).bytes[0]
-        assert diff == pytest.approx(extra * scores, rel=1e-12)
+    io = shard.attention_io_per_token * s * 2  # q, k, v, o in bf16
+    for backward, table, extra in ((False, UNFUSED_FORWARD_BYTES, 36 - 4), (True, UNFUSED_BACKWARD_BYTES, 40 - 6)):
+        fused = table.sum() * scores + (2 if backward else 1) * io  # the kernel's own bytes
+        diff = costs._attention(shard, mb, backward).bytes[0] - fused
+        assert diff == pytest.approx(extra * scores, rel=1e-9)
     fwd = costs.forward(shard, mb)
     units = model.num_layers + 2
     kernels = costs._kernels(shard)  # the layer's overhead is spread over its kernels

@@ -24,7 +24,11 @@ Forward (per device of stage ``s``, ``t = tokens / cp`` tokens of the micro-batc
   ``max(flops / matmul FLOP/s, bytes / HBM bytes/s)``: forward QK^T (``2 d_qk`` FLOPs, 2 bytes
   per score), scale-mask-softmax (4), dropout with its 1-byte mask (5), PV (``2 d_v``, 2);
   backward dP, dV (``2 d_v`` each, 2 + 2), dropout (5), softmax (6), dQ, dK (``2 d_qk`` each,
-  2 + 2): 13 bytes per score forward, 19 backward; plus q, k, v, o once per pass;
+  2 + 2): 13 bytes per score forward, 19 backward; plus q, k, v, o once per pass. Under the
+  FSDP / DeepSpeed backends, Hugging Face's eager attention (transformers 4.28 ``OPTAttention``):
+  QK^T (2), the mask add (4), the ``finfo.min`` clamp (4), the softmax upcast to fp32 (6), the
+  cast back (6), PV (2); backward dP, dV (2 + 2), the cast (6), softmax (10), the clamp's
+  ``maximum`` backward (22), dQ, dK (2 + 2): 24 bytes per score forward, 46 backward;
 - memory-bound elementwise kernels: the layers' norms, residual adds, rotary and activation
   (:mod:`rlperf.stages.shard`; bytes per element as the backend runs them,
   :mod:`rlperf.stages.elementwise`: Megatron's fused kernels, Hugging Face's eager ops under
@@ -139,6 +143,20 @@ UNFUSED_FORWARD_BYTES = np.array([2.0, 4.0, 5.0, 2.0])
 # writes (5); softmax backward reads the gradient and its output, writes (6); dQ = dS K and
 # dK = dS^T Q each read dS (2 + 2).
 UNFUSED_BACKWARD_BYTES = np.array([2.0, 2.0, 5.0, 6.0, 2.0, 2.0])
+# Unfused attention under the FSDP / DeepSpeed backends: Hugging Face's eager attention
+# (transformers 4.28 ``OPTAttention.forward``, the code DeepSpeed-Chat's release trains; Llama's
+# eager attention of the time runs the same ops after scaling the scores), per score element.
+# Forward: QK^T writes (2); ``+ attention_mask`` reads and writes (4); ``torch.max(.., finfo.min)``
+# reads and writes (4); ``softmax(dtype=float32)`` reads fp16, writes fp32 (6); ``.to(float16)``
+# reads fp32, writes fp16 (6); dropout at the config's ``attention_dropout`` 0 returns its input;
+# PV reads the probabilities (2).
+HF_EAGER_FORWARD_BYTES = np.array([2.0, 4.0, 4.0, 6.0, 6.0, 2.0])
+# Backward (autograd, one node per forward op): dP writes (2); dV reads P (2); the cast's backward
+# reads fp16, writes fp32 (6); softmax backward reads the fp32 gradient and output, writes fp16
+# (10); ``maximum``'s backward (PyTorch derivatives.yaml: ``where(self == other, grad / 2,
+# grad).masked_fill_(self < other, 0)``: compare 3, divide 4, where 7, compare 3, masked fill 5)
+# 22; the mask add passes its gradient through (no kernel); dQ, dK read dS (2 + 2).
+HF_EAGER_BACKWARD_BYTES = np.array([2.0, 2.0, 6.0, 10.0, 22.0, 2.0, 2.0])
 
 Collective = Callable[[Cluster, float, CommGroup], CollectiveCost]
 
@@ -355,6 +373,9 @@ class LayoutCosts:
         self._unfused = {
             False: (np.array([qk, 0.0, 0.0, v]), UNFUSED_FORWARD_BYTES),
             True: (np.array([v, v, 0.0, 0.0, qk, qk]), UNFUSED_BACKWARD_BYTES),
+        } if layout.backend == "megatron" else {
+            False: (np.array([qk, 0.0, 0.0, 0.0, 0.0, v]), HF_EAGER_FORWARD_BYTES),
+            True: (np.array([v, v, 0.0, 0.0, 0.0, qk, qk]), HF_EAGER_BACKWARD_BYTES),
         }
 
     # ------------------------------------------------------------------ compute
@@ -426,7 +447,7 @@ class LayoutCosts:
     def _kernels(self, shard: StageShard) -> int:
         """Kernels of one forward through ``shard``'s stage with the fused softmax: the shard's
         count (attention core as one kernel), plus the unfused core's others in every layer."""
-        core = len(UNFUSED_FORWARD_BYTES) - 1 if self.layout.attention_kernel == "unfused" else 0
+        core = len(self._unfused[False][1]) - 1 if self.layout.attention_kernel == "unfused" else 0
         return shard.kernels + core * shard.num_layers
 
     def _fallback(self, mb: MicroBatchShapes) -> np.ndarray:

@@ -27,8 +27,9 @@ runs one backward node per forward op). The backend's host time per layer
 the four extra ops of a pass cost ``overhead x 4 / kernels per layer`` (:mod:`rlperf.stages.
 pass_cost`).
 
-The FSDP backend (Hugging Face models) is costed with one softmax kernel either way: its eager
-attention casts around a plain softmax, and no measurement holds that path's cost here.
+The FSDP / DeepSpeed backends (Hugging Face models) have no fused kernel to fall back from: their
+eager attention always runs its PyTorch ops (mask add, clamp, fp32 softmax, cast), whose bytes
+:mod:`rlperf.stages.pass_cost` counts in its kernel table (``HF_EAGER_FORWARD_BYTES``).
 """
 
 from __future__ import annotations

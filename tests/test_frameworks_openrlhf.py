@@ -200,9 +200,12 @@ def test_a_model_option_without_a_value_says_so() -> None:
         import_openrlhf("--pretrain --remote_rm_url http://x")
 
 
-def test_a_script_whose_trainer_line_is_not_found_is_not_read_as_a_command_line() -> None:
-    # A heredoc holds the command (not read by rlperf): it was split as one command line and
-    # refused with "stray value 'EOF'".
-    script = "read -r -d '' CMD <<EOF\nopenrlhf.cli.train_ppo_ray --pretrain Qwen/Qwen2.5-7B\nEOF\nray job submit -- python3 -m $CMD\n"
-    with pytest.raises(SpecError, match=r"^script: no trainer invocation found"):
-        load_framework_config("openrlhf", script, [])
+def test_a_command_held_in_a_heredoc_is_read() -> None:
+    # It was split as one command line and refused with "stray value 'EOF'", later refused as
+    # "no trainer invocation found" (here-documents were not read).
+    script = ("read -r -d '' CMD <<EOF\nopenrlhf.cli.train_ppo_ray --pretrain Qwen/Qwen2.5-7B \\\n"
+              "  --remote_rm_url http://rm\nEOF\nray job submit -- python3 -m $CMD\n")
+    spec, _ = load_framework_config("openrlhf", script, [])
+    assert spec.model == "Qwen2.5-7B"
+    with pytest.raises(SpecError, match=r"^script: runs openrlhf.cli.serve, not"):  # a heredoc is no argument
+        load_framework_config("openrlhf", "python3 -m openrlhf.cli.serve <<EOF\n--pretrain x\nEOF\necho done\n", [])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +142,39 @@ def test_verl_entry_points_include_copies_of_main_ppo(token: str, runs_verl: boo
     from rlperf.frameworks.verl_script import is_verl_entry
 
     assert is_verl_entry(token) is runs_verl
+
+
+
+HEREDOCS = r"""cat > get_model.py << EOF
+x = "it's (unbalanced" $UNQUOTED
+EOF
+read -r -d '' cmd <<EOF
+--a 1 \
+   --b "$N"
+EOF
+cat <<-'LITERAL' >/dev/null
+	don't $(run) this
+	LITERAL
+arr=(
+    # the model's config (latest TE=2.10) isn't read here
+    x=1
+)
+python3 -m trainer.main $cmd "${arr[@]}" \
+    last=2 \
+"""
+
+
+def test_here_documents_array_comments_and_a_final_continuation() -> None:
+    # The here-documents' lines were read as commands (an apostrophe swallowed the script), a
+    # quote in an array's comment did too, and the final backslash became an argument.
+    # quotes inside a here-document are its text: bash passes '"5"'
+    assert args_of(HEREDOCS + "\\", N="5") == ("--a", "1", "--b", '"5"', "x=1", "last=2")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash to compare with")
+def test_here_documents_match_bash(tmp_path: Path) -> None:
+    script = tmp_path / "run.sh"  # a file: bash drops its final backslash (bash -c keeps it)
+    script.write_text(HEREDOCS.replace("python3 -m trainer.main", "printf '%s\\n'") + "\\")
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=10, check=True,
+                         cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "N": "5"})
+    assert tuple(out.stdout.splitlines()) == args_of(HEREDOCS + "\\", N="5")

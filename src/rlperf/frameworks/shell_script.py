@@ -43,6 +43,7 @@ NOT_RUN = "$(...)"
 # Stand-ins for the login environment: paths only matter to us through their last component.
 _ENVIRONMENT = {"HOME": "~", "PWD": "."}
 _REDIRECT = re.compile(r"\d*(&>>|&>|>>|>&|<&|>|<<<|<)(?:(?<=&)(\d+-?|-))?")
+_HEREDOC = re.compile(r"\d*<<(-?)[ \t]*")
 _SEPARATORS = (";;", "&&", "||", ";", "|", "&", "\n")
 _DECLARE = ("export", "local", "declare", "readonly", "typeset")
 _SKIPPED_BLOCKS = {"for": "done", "while": "done", "until": "done", "case": "esac"}
@@ -96,6 +97,17 @@ class _Word:
 
     raw: str
     line: int
+    heredoc: _HereDoc | None = None
+    """For the empty word that stands for ``<<EOF``: the here-document."""
+
+
+@dataclass
+class _HereDoc:
+    """A here-document given to a command (``<<EOF`` ... ``EOF``): its text, and whether it is
+    expanded (an unquoted delimiter) or literal (``<<'EOF'``)."""
+
+    body: str = ""
+    expand: bool = True
 
 
 @dataclass
@@ -139,14 +151,33 @@ def _joined(value: str | list[str]) -> str:
 # ---------------------------------------------------------------------- tokens
 def _commands(text: str) -> list[list[_Word]]:
     """Commands as lists of raw words (quotes kept), split on separators; comments and
-    redirections dropped."""
+    redirections dropped. A here-document's lines are no commands: its text goes to an empty
+    word of the command it is given to."""
     commands: list[list[_Word]] = [[]]
+    pending: list[tuple[str, bool, _HereDoc]] = []  # delimiter, strip tabs, the document
     i, n, line = 0, len(text), 1
     while i < n:
         c = text[i]
+        if c == "\n" and pending:  # the here-documents start on the next line
+            i, line = _read_heredocs(text, i + 1, line + 1, pending)
+            pending.clear()
+            if commands[-1]:
+                commands.append([])
+            continue
+        heredoc = _HEREDOC.match(text, i) if c in "<0123456789" and not text.startswith("<<<", i) else None
+        if heredoc:
+            end, raw = _scan_word(text, heredoc.end())
+            delimiter = "".join(_literal_words(raw))
+            doc = _HereDoc(expand=not any(q in raw for q in "'\"\\"))
+            pending.append((delimiter, heredoc.group(1) == "-", doc))
+            commands[-1].append(_Word("", line, doc))
+            i = end
+            continue
         if c == "\\" and i + 1 < n and text[i + 1] == "\n":
             i, line = i + 2, line + 1
             continue
+        if c == "\\" and i + 1 == n:  # a continuation at the end of the file: bash drops it
+            break
         if c in " \t\r":
             i += 1
             continue
@@ -180,6 +211,28 @@ def _commands(text: str) -> list[list[_Word]]:
             i = close + 1
         commands[-1].append(_Word(raw, start_line))
     return [c for c in commands if c]
+
+
+def _read_heredocs(text: str, i: int, line: int, pending: list[tuple[str, bool, _HereDoc]]) -> tuple[int, int]:
+    """Read the here-documents' lines from ``text[i]`` (each up to its delimiter line); the index
+    and line number after them."""
+    for delimiter, strip_tabs, doc in pending:
+        lines: list[str] = []
+        while i < len(text):
+            end = text.find("\n", i)
+            end = len(text) if end < 0 else end
+            current = text[i:end]
+            i, line = end + 1, line + 1
+            if (current.lstrip("\t") if strip_tabs else current) == delimiter:
+                break
+            lines.append(current.lstrip("\t") if strip_tabs else current)
+        doc.body = "\n".join(lines) + ("\n" if lines else "")
+    return i, line
+
+
+def _literal_words(raw: str) -> list[str]:
+    """``raw`` with its quotes removed and nothing expanded (a here-document's delimiter)."""
+    return [raw.replace("'", "").replace('"', "").replace("\\", "")]
 
 
 def _scan_word(text: str, i: int) -> tuple[int, str]:
@@ -238,6 +291,10 @@ def _matching(text: str, i: int, open_: str, close: str) -> int:
             continue
         if c == "'" and open_ == "(":
             j = text.index("'", j + 1) + 1 if "'" in text[j + 1 :] else n
+            continue
+        if c == "#" and open_ == "(" and text[j - 1] in " \t\n(":  # a comment (in an array literal)
+            j = text.find("\n", j)
+            j = n if j < 0 else j
             continue
         if c == '"':
             j = _close_double(text, j)
@@ -583,10 +640,26 @@ def _command(words: list[_Word], shell: _Shell, is_entry: Callable[[str], bool],
             if exports and name is not None:
                 shell.exported.add(name)
         return None
+    if words[i].raw == "read":
+        _read(words[i + 1 :], shell)
+        return None
     found = _invocation(words, i, shell, is_entry, depth)
     if found is not None:  # VAR=x before the command: in the trainer's environment
         shell.exported.update(m.group(1) for w in words[:i] if (m := _ASSIGN.match(w.raw)) is not None)
     return found
+
+
+def _read(words: list[_Word], shell: _Shell) -> None:
+    """``read [-r] [-d ''] NAME <<EOF``: NAME is the here-document (its first line without
+    ``-d``), blanks around it trimmed; ``read`` from anything else sets nothing (a warning)."""
+    doc = next((w.heredoc for w in words if w.heredoc is not None), None)
+    names = [w.raw for w in words if _NAME.fullmatch(w.raw)]
+    if doc is None or not names:
+        shell.warn(f"'read {' '.join(w.raw for w in words)}' not run (it reads no here-document)")
+        return
+    text = _expand_quoted(doc.body, shell) if doc.expand else doc.body
+    whole = any(w.raw == "-d" or w.raw.startswith("-d") or (w.raw.startswith("-") and "d" in w.raw) for w in words)
+    shell.variables[names[-1]] = (text if whole else text.split("\n", 1)[0]).strip()
 
 
 def _invocation(words: list[_Word], i: int, shell: _Shell, is_entry: Callable[[str], bool], depth: int) -> Invocation | None:

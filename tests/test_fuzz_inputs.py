@@ -470,3 +470,15 @@ def test_hardware_profile_shapes_found_by_hand(tmp_path: Path, profile: dict[str
     res = invoke(["simulate", str(write(tmp_path / "sc.yaml", small(**{"cluster.profile": str(prof)}))),
                   "--out", str(tmp_path / "out")], time_limit_s=30)
     assert_one_line_error(res, contains=contains)
+
+
+@pytest.mark.parametrize("path", ["plan.rollout.tp", "plan.layouts.actor.tp"])
+def test_tp_that_cannot_share_the_kv_heads_is_refused(tmp_path: Path, path: str) -> None:
+    # Qwen2.5-0.5B: 14 heads, 2 KV heads. tp 7 divides the heads, not the KV heads (nor they it):
+    # vLLM and Megatron refuse it; the engine was simulated as if it ran.
+    changes: dict[str, Any] = {path: 7}
+    if path.startswith("plan.layouts"):
+        changes["plan.layouts.actor.zero_stage"] = 3
+    line = simulate_refused(tmp_path, write(tmp_path / "sc.yaml", small(**changes)),
+                            contains=f"{path}: 7 GPUs cannot share Qwen2.5-0.5B's 2 KV heads")
+    assert "a divisor or a multiple of num_kv_heads (2)" in line

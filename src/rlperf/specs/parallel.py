@@ -215,12 +215,18 @@ def _divides(field: str, degree: int, what: str, value: int) -> None:
         raise SpecError(field, f"{degree} does not divide {what} ({value})")
 
 
+def _kv_heads(field: str, tp: int, model: ModelSpec) -> None:
+    """TP splits KV heads when tp <= num_kv_heads, else replicates each KV head
+    tp/num_kv_heads times (Megatron; vLLM's QKVParallelLinear): one must divide the other."""
+    kv = model.num_kv_heads
+    if model.mla is None and max(tp, kv) % min(tp, kv) != 0:
+        raise SpecError(field, f"{tp} GPUs cannot share {model.name}'s {kv} KV heads (neither divides the other)",
+                        f"a divisor or a multiple of num_kv_heads ({kv})")
+
+
 def check_train_layout(model: ModelSpec, layout: TrainLayout, prefix: str = "layout") -> None:
     """Raise SpecError if ``layout`` cannot shard ``model`` (heads, layers, experts)."""
-    if model.mla is None:
-        # TP splits KV heads when tp <= num_kv_heads, else replicates each KV head tp/num_kv_heads times.
-        small, big = sorted((layout.tp, model.num_kv_heads))
-        _divides(f"{prefix}.tp", small, "num_kv_heads or tp", big)
+    _kv_heads(f"{prefix}.tp", layout.tp, model)
     _divides(f"{prefix}.tp", layout.tp, "num_heads", model.num_heads)
     if layout.virtual_stages > 1:
         _divides(f"{prefix}.virtual_stages", layout.pp * layout.virtual_stages, "num_layers", model.num_layers)
@@ -239,6 +245,7 @@ def check_train_layout(model: ModelSpec, layout: TrainLayout, prefix: str = "lay
 
 def check_engine_layout(model: ModelSpec, layout: EngineLayout, prefix: str = "engine") -> None:
     """Raise SpecError if ``layout`` cannot shard ``model`` in a vLLM-like engine."""
+    _kv_heads(f"{prefix}.tp", layout.tp, model)
     _divides(f"{prefix}.tp", layout.tp, "num_heads", model.num_heads)
     if layout.pp > model.num_layers:
         raise SpecError(f"{prefix}.pp", f"{layout.pp} exceeds num_layers ({model.num_layers})")

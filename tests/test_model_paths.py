@@ -27,7 +27,8 @@ def test_scenario_reads_a_relative_config_path_from_its_own_folder(
 ) -> None:
     folder = tmp_path / "run" / "models" / "my-pythia"
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(load_config("pythia-1.4b")))
+    # positions for the example's 9,216-token sequences (Pythia's own config says 2,048)
+    (folder / "config.json").write_text(json.dumps({**load_config("pythia-1.4b"), "max_position_embeddings": 16384}))
     monkeypatch.chdir(tmp_path)  # not the scenario's folder
     for ref in ("models/my-pythia/config.json", "models/my-pythia"):
         sc = load_scenario(_scenario(tmp_path, ref))

@@ -92,9 +92,18 @@ class SimulationSpec(Spec):
     warmup: int = Field(default=1, ge=0, le=10_000)
 
 
+class ModelOverrides(Spec):
+    """Fields of the actor's config.json that the run overrides (verl
+    ``actor_rollout_ref.model.override_config``, or a config.json edited by hand)."""
+
+    max_position_embeddings: int | None = Field(default=None, gt=0, le=2**30)
+    """The actor's position limit (RoPE models run past their trained length when told to)."""
+
+
 class ScenarioSpec(Spec):
     name: str = "scenario"
     model: str = "Qwen2.5-7B"
+    model_overrides: ModelOverrides = ModelOverrides()
     cluster: ClusterSpec = ClusterSpec()
     workload: dict[str, Any] = Field(default_factory=lambda: {"preset": "deepscaler-8k"})
     algorithm: AlgorithmConfig = AlgorithmConfig()
@@ -147,6 +156,8 @@ def resolve(spec: ScenarioSpec) -> Scenario:
     from rlperf.specs.hardware_catalog import make_cluster
 
     actor = load_model(spec.model)
+    if spec.model_overrides.max_position_embeddings is not None:
+        actor = actor.model_copy(update={"max_position_embeddings": spec.model_overrides.max_position_embeddings})
     models = {"actor": actor, "ref": actor, "prm": actor}
     models["critic"] = _load_named(spec.algorithm.critic_model, "algorithm.critic_model") or actor
     models["reward_model"] = _load_named(spec.algorithm.reward.model, "algorithm.reward.model") or actor
@@ -186,10 +197,39 @@ def _load_named(name: str | None, field: str) -> ModelSpec | None:
         raise (SpecError(field, err.problem, err.allowed, err.source) if err.field == "model" else err) from None
 
 
-def _check_positions(models: Mapping[str, ModelSpec], workload: Workload) -> None:
-    """A model with learned positions (GPT-2, OPT, StarCoder) cannot run past its table."""
+def check_positions(spec: ScenarioSpec, caps: str, lift: str) -> None:
+    """:func:`_check_positions` of the scenario's actor, its errors naming ``caps`` (where the
+    length caps are set) and ``lift`` (how the run raises the model's position limit): an
+    importer names its framework's keys."""
+    from rlperf.catalog import load_model
+
+    actor = load_model(spec.model)
+    if spec.model_overrides.max_position_embeddings is not None:
+        actor = actor.model_copy(update={"max_position_embeddings": spec.model_overrides.max_position_embeddings})
+    _check_positions({"actor": actor}, resolve_workload(spec.workload), caps, lift)
+
+
+def _check_positions(models: Mapping[str, ModelSpec], workload: Workload, caps: str = "workload",
+                     lift: str = "model_overrides.max_position_embeddings") -> None:
+    """Each model can position the workload's longest sequence (prompt cap + response cap, or
+    ``max_total_tokens``):
+
+    - learned positions (GPT-2, OPT, StarCoder) cannot run past their table: an error;
+    - rotary positions past ``max_position_embeddings`` and past what the config's rope_scaling
+      extends them to: an error (vLLM refuses a ``max_model_len`` beyond the length it derives
+      from the config; verl asserts it, or truncates responses at ``max_position_embeddings``);
+    - rotary positions past ``max_position_embeddings`` but within the rope_scaling: a warning
+      (vLLM runs it; verl's rollout checks ``max_model_len`` against ``max_position_embeddings``).
+    """
+    import warnings
+
     longest = workload.max_sequence_tokens
-    for model in models.values():
+    both = f"prompt cap {workload.max_prompt_tokens:,} + response cap {workload.max_response_tokens:,}"
+    length = (f"sequences of up to {longest:,} tokens ({both}" + (
+        f", max_total_tokens {workload.max_total_tokens:,})" if workload.max_total_tokens is not None else ")"))
+    for role, model in models.items():
+        field = lift if role == "actor" else {
+            "critic": "algorithm.critic_model", "reward_model": "algorithm.reward.model"}.get(role, "model")
         limit = model.max_sequence_tokens
         if limit is not None and longest > limit:
             raise SpecError(
@@ -197,6 +237,21 @@ def _check_positions(models: Mapping[str, ModelSpec], workload: Workload) -> Non
                 f"sequences of up to {longest} tokens exceed the {limit} learned positions of {model.name}",
                 f"<= {limit}",
             )
+        if longest <= model.max_position_embeddings:
+            continue
+        scaled = model.rope_scaled_positions
+        if scaled is None or longest > scaled:
+            reach = f", rope_scaling to {scaled:,}" if scaled is not None else ", no rope_scaling"
+            raise SpecError(
+                caps, f"{length} exceed the {model.trained_positions:,} positions of {model.name} "
+                f"(max_position_embeddings {model.max_position_embeddings:,}{reach}): vLLM refuses such a "
+                "max_model_len, verl asserts or truncates",
+                f"caps within {model.trained_positions:,}, or {field} >= {longest:,}",
+            )
+        warnings.warn(
+            f"{caps}: {length} pass the max_position_embeddings {model.max_position_embeddings:,} of "
+            f"{model.name} and rely on its rope_scaling (up to {scaled:,}): vLLM runs them, verl's rollout "
+            "refuses a max_model_len beyond max_position_embeddings", UserWarning, stacklevel=3)
 
 
 def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:

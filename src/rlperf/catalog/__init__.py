@@ -37,6 +37,13 @@ ALIASES: dict[str, str] = {
     "Qwen3-4B-Instruct-2507": "Qwen3-4B",
     "FsfairX-LLaMA3-RM-v0.1": "Llama-3-8B",
 }
+# Aliases whose config.json declares another context than their entry's (same shapes): the
+# Qwen3 2507 releases position 262,144 tokens natively (their model cards: "Context Length:
+# 262,144 natively"; config.json max_position_embeddings 262144), Qwen3-4B 40,960.
+ALIAS_POSITIONS: dict[str, int] = {
+    "qwen3-4b-thinking-2507": 262_144,
+    "qwen3-4b-instruct-2507": 262_144,
+}
 # Instruction-tuned and base releases share shapes with the entry they are named after.
 _VARIANT_SUFFIXES = ("-instruct", "-base")
 
@@ -84,7 +91,9 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         return ModelSpec.from_path(path)  # read each time: the file may have changed
     if isinstance(name_or_path, Path) or text.endswith(".json") or is_dir:
         raise SpecError("model", f"no config.json at {show_path(text)!r}")
-    return _load_entry(resolve_name(text))
+    spec = _load_entry(resolve_name(text))
+    positions = ALIAS_POSITIONS.get(text.strip().rsplit("/", 1)[-1].lower())
+    return spec if positions is None else spec.model_copy(update={"max_position_embeddings": positions})
 
 
 def model_ref_near(ref: str, base: Path) -> str:

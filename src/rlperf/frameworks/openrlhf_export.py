@@ -50,6 +50,9 @@ def export_openrlhf(scenario: ScenarioSpec | Scenario) -> ExportResult:
     out = _Out()
     out.set("pretrain", spec.model)
     out.notes.append("--pretrain (and --reward_pretrain/--critic_pretrain) hold rlperf's catalog names: point them at your checkpoints")
+    if spec.model_overrides.max_position_embeddings is not None:
+        out.missing.append(f"max_position_embeddings {spec.model_overrides.max_position_embeddings:,}: OpenRLHF has no "
+                           "flag for it; set it in the checkpoint's config.json")
     _algorithm(spec, out)
     _placement(spec, out)
     _mode(spec, out)

@@ -48,7 +48,7 @@ from rlperf.frameworks.openrlhf_args import (
     UNSUPPORTED,
 )
 from rlperf.frameworks.report import ImportReport, KeyNote, Recorder, fmt_value
-from rlperf.scenario import ScenarioSpec
+from rlperf.scenario import ScenarioSpec, check_positions
 
 # Arity of the arguments that take several values (-1: up to the next flag); the rest take one.
 NARGS = {
@@ -217,6 +217,7 @@ class _Importer:
             self.rec.map("--wandb_run_name", run_name, "scenario name")
         parts = {"cluster": cluster, "workload": workload, "algorithm": algorithm, "plan": plan}
         spec = build_spec("OpenRLHF", None if run_name is None else str(run_name), model, parts, SOURCE_KEYS)
+        check_positions(spec, "--prompt_max_len + --generate_max_len", "the max_position_embeddings of a --model-config")
         return spec, self.rec.freeze(*self._rest())
 
     def _rest(self) -> tuple[list[KeyNote], list[KeyNote]]:

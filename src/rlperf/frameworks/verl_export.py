@@ -74,6 +74,8 @@ def export_verl(scenario: ScenarioSpec | Scenario) -> ExportResult:
     out.set("trainer.experiment_name", spec.name)
     out.set("actor_rollout_ref.model.path", spec.model)
     out.notes.append("actor_rollout_ref.model.path holds rlperf's catalog name: point it at your checkpoint")
+    if spec.model_overrides.max_position_embeddings is not None:
+        out.add("actor_rollout_ref.model.override_config.max_position_embeddings", spec.model_overrides.max_position_embeddings)
     prefix = _placement_and_mode(spec, out)
     _algorithm(spec, out, train_batch=prefix != FULLY_ASYNC)
     roles = [r for r in roles_in_use(spec) if r in ROLE_BASE]

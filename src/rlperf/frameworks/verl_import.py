@@ -79,11 +79,17 @@ from rlperf.frameworks.verl_keys import (
     UNSUPPORTED,
     VERL_GROUPS_PER_SERVER,
 )
-from rlperf.scenario import ScenarioSpec
+from rlperf.scenario import ScenarioSpec, check_positions
 from rlperf.specs.parallel import TrainLayout
 
 ROLLOUT = "actor_rollout_ref.rollout"
 ACTOR = "actor_rollout_ref.actor"
+# Where a script lifts the actor's position limit (the recipes for Qwen2.5-Math-7B, 4,096 in its
+# config.json, set 32,768); verl passes override_config into the HF config it loads.
+POSITION_OVERRIDES = (
+    "actor_rollout_ref.model.override_config.max_position_embeddings",
+    "actor_rollout_ref.model.override_config.model_config.max_position_embeddings",
+)
 # Scenario field -> the verl key it is read from, so that a value the scenario refuses is reported
 # under the key the user wrote (build_spec).
 SOURCE_KEYS = {
@@ -99,6 +105,7 @@ SOURCE_KEYS = {
     "plan.rollout.max_num_batched_tokens": f"{ROLLOUT}.max_num_batched_tokens",
     "plan.layouts.actor.micro_batch_size": f"{ACTOR}.ppo_micro_batch_size_per_gpu",
     "plan.layouts.actor.max_tokens_per_microbatch": f"{ACTOR}.ppo_max_token_len_per_gpu",
+    "model_overrides.max_position_embeddings": POSITION_OVERRIDES[0],
 }
 
 
@@ -185,13 +192,24 @@ class _Importer:
         run_name = self.r.get("trainer.experiment_name", None)
         if run_name is not None:
             self.rec.map("trainer.experiment_name", run_name, "scenario name")
-        parts = {"cluster": cluster, "workload": workload, "algorithm": algorithm, "plan": plan}
+        parts = {"cluster": cluster, "workload": workload, "algorithm": algorithm, "plan": plan,
+                 "model_overrides": self._model_overrides()}
         spec = build_spec("verl", None if run_name is None else str(run_name), model, parts, SOURCE_KEYS)
+        check_positions(spec, "data.max_prompt_length + data.max_response_length", f"+{POSITION_OVERRIDES[0]}")
         unused = {f"{ROLE_BASE[r]}.": f"{r} not used by {spec.algorithm.name}" for r in ROLE_BASE if r not in roles}
         if recipe == "main":
             unused["rollout."] = "rollout pool of the async recipes (not used by the colocated trainer)"
         ignored, unknown = classify_rest(self.r, IGNORED, UNSUPPORTED, unused)
         return spec, self.rec.freeze(ignored, unknown)
+
+    def _model_overrides(self) -> dict[str, Any]:
+        """The actor's config.json fields the run overrides (``model.override_config``)."""
+        key, value = self.r.first(POSITION_OVERRIDES, None)
+        if value is None:
+            return {}
+        positions = as_int(key, value, hi=2**30)
+        self.rec.map(key, positions, "model_overrides.max_position_embeddings")
+        return {"max_position_embeddings": positions}
 
     def _required(self, key: str) -> Any:
         if not self.r.has(key):

@@ -122,6 +122,22 @@ def _bias_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any]:
     return {}  # mistral, mixtral, phi3: no biases; gemma: see hf_variants
 
 
+def _rope_scaled_positions(cfg: dict[str, Any]) -> int | None:
+    """Positions a length-extending ``rope_scaling`` reaches: ``original_max_position_embeddings
+    x factor`` (the config's own ``max_position_embeddings`` where the original is not given);
+    None without one (no ``rope_scaling``, ``factor`` <= 1, or mrope's sections)."""
+    scaling = cfg.get("rope_scaling")
+    if not isinstance(scaling, dict):
+        return None
+    factor = scaling.get("factor")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 1 < factor < 2**20:
+        return None
+    base = scaling.get("original_max_position_embeddings") or cfg.get("max_position_embeddings") or 32768
+    if isinstance(base, bool) or not isinstance(base, int) or base <= 0:
+        return None
+    return min(int(base * factor), 2**30)
+
+
 def spec_fields_from_hf(cfg: dict[str, Any], name: str | None) -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise SpecError("model.config", "config.json must hold a JSON object")
@@ -153,6 +169,7 @@ def spec_fields_from_hf(cfg: dict[str, Any], name: str | None) -> dict[str, Any]
         "vocab_size": pos(cfg, "vocab_size"),
         "tie_word_embeddings": flag(cfg, "tie_word_embeddings", mtype in TIED_BY_DEFAULT),
         "max_position_embeddings": opt(cfg, "max_position_embeddings", 32768),
+        "rope_scaled_positions": _rope_scaled_positions(cfg),
         **_bias_fields(cfg, mtype),
         **variant_fields(cfg, mtype, num_layers),
     }

@@ -128,6 +128,9 @@ class ModelSpec(Spec):
     )
     qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on q and k
     max_position_embeddings: int = Field(default=32768, gt=0, le=2**30)
+    # Positions the config's rope_scaling extends rotary positions to (yarn, linear, dynamic,
+    # llama3: ``original_max_position_embeddings x factor``); None: no length-extending scaling.
+    rope_scaled_positions: int | None = Field(default=None, gt=0, le=2**30)
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     # Block structure; the defaults are Llama's (see rlperf.specs.model_blocks).
@@ -230,6 +233,13 @@ class ModelSpec(Spec):
         """The longest sequence the model can position: a learned table has one row per
         position (OPT's two offset rows aside); rotary positions have no hard limit (None)."""
         return self.max_position_embeddings if self.position.kind == "learned" else None
+
+    @property
+    def trained_positions(self) -> int:
+        """The longest sequence the model's config declares (rotary: ``max_position_embeddings``,
+        or what its rope_scaling extends it to). vLLM derives its ``max_model_len`` from it and
+        refuses a longer one; verl's rollout checks against ``max_position_embeddings``."""
+        return max(self.max_position_embeddings, self.rope_scaled_positions or 0)
 
     @property
     def token_embedding_size(self) -> int:

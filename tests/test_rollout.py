@@ -416,3 +416,21 @@ def test_bad_requests_are_spec_errors() -> None:
         RolloutRequests.build([0], [5])
     with pytest.raises(SpecError, match="group 0"):
         RolloutRequests.build([10, 11], [5, 5], group_id=[0, 0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), min_size=1, max_size=60))
+def test_pareto_front_is_the_set_of_undominated_points(points: list[tuple[int, int]]) -> None:
+    from rlperf.stages.rollout import _pareto
+
+    x = np.array([p[0] for p in points], np.int64)
+    y = np.array([p[1] for p in points], np.int64)
+    fx, fy = _pareto(x, y)
+    front = sorted({(a, b) for a, b in points
+                    if not any(c >= a and d >= b and (c, d) != (a, b) for c, d in points)}, key=lambda p: (-p[1], -p[0]))
+    assert list(zip(fx.tolist(), fy.tolist())) == front
+
+
+def test_a_group_with_two_prompt_lengths_names_the_first_clash() -> None:
+    with pytest.raises(SpecError, match=r"requests.prompt_tokens\[3\].*group 1 has prompts of 5 and 9"):
+        RolloutRequests.build([7, 5, 7, 9, 5], [10] * 5, [0, 1, 0, 1, 1])

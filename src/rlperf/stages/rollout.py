@@ -86,15 +86,12 @@ def simulate_rollout(
     if layout.batching == "static":
         _check_static(opts)
         reps = [StaticReplica(r) for r in range(layout.replicas)]
-        out = run_static(step, requests, target, layout.max_num_seqs, cap, reps, _dispatcher(requests, opts, reps))
+        choose = _dispatcher(requests, opts, reps, _slots(requests, opts, len(reps)))
+        out = run_static(step, requests, target, layout.max_num_seqs, cap, reps, choose)
         return _result(step, layout, requests, target, out.stats, out.finish_s, target, out.replica_of, math.inf)
-    book = Book(
-        requests.prompt_tokens.tolist(),
-        requests.response_tokens.tolist(),
-        target.tolist(),
-        requests.already_generated.tolist(),
-        requests.group_id.tolist(),
-    )
+    initial = BookArrays(requests.prompt_tokens, requests.response_tokens, target, requests.already_generated,
+                         requests.group_id)
+    book = Book(initial, requests.groups)
     replicas = [
         Replica(
             r,
@@ -108,14 +105,12 @@ def simulate_rollout(
         for r in range(layout.replicas)
     ]
     replica_of = np.full(requests.num_requests, -1, np.int64)
-    initial = BookArrays(requests.prompt_tokens, requests.response_tokens, target, requests.already_generated,
-                         requests.group_id)
     t_stop = _drive(replicas, book, requests, opts, replica_of, initial)
     stats = [r.stats for r in replicas]
     if book.settled is not None:
         return _result(step, layout, requests, target, stats, book.settled.finish_s, book.settled.generated,
                        replica_of, t_stop)
-    return _result(step, layout, requests, target, stats, np.array(book.finish_s), np.array(book.generated, np.int64),
+    return _result(step, layout, requests, target, stats, book.finish_array(), np.array(book.generated, np.int64),
                    replica_of, t_stop)
 
 
@@ -187,13 +182,35 @@ class _RequestRoundRobin(Generic[R]):
         return r
 
 
-def _dispatcher(requests: RolloutRequests, opts: RolloutOptions, replicas: list[R]) -> Callable[[int], R]:
+class _GroupRoundRobin(Generic[R]):
+    """``choose`` of round_robin: request i to replica ``slots[i]``
+    (:meth:`GroupIndex.round_robin_slots`; read as a list once asked, for scalar access)."""
+
+    def __init__(self, replicas: list[R], slots: np.ndarray) -> None:
+        self.replicas = replicas
+        self.slots = slots
+        self.slot: list[int] | None = None
+
+    def __call__(self, i: int) -> R:
+        if self.slot is None:
+            self.slot = self.slots.tolist()
+        return self.replicas[self.slot[i]]
+
+
+def _slots(requests: RolloutRequests, opts: RolloutOptions, num_replicas: int) -> np.ndarray | None:
+    """Each request's replica under round_robin dispatch (None under the others)."""
+    return requests.groups.round_robin_slots(num_replicas) if opts.dispatch == "round_robin" else None
+
+
+def _dispatcher(requests: RolloutRequests, opts: RolloutOptions, replicas: list[R],
+                slots: np.ndarray | None) -> Callable[[int], R]:
     """Return ``choose(i) -> replica`` for request ``i``; groups stay on one replica, except
-    under round_robin_requests (one replica per request, in the order asked)."""
+    under round_robin_requests (one replica per request, in the order asked). ``slots``:
+    :func:`_slots`."""
     groups = requests.group_id
     if opts.dispatch == "round_robin":
-        slot: list[int] = _round_robin_slots(groups, len(replicas)).tolist()
-        return lambda i: replicas[slot[i]]
+        assert slots is not None
+        return _GroupRoundRobin(replicas, slots)
     if opts.dispatch == "round_robin_requests":
         return _RequestRoundRobin(replicas)
     home: dict[int, R] = {}
@@ -207,15 +224,6 @@ def _dispatcher(requests: RolloutRequests, opts: RolloutOptions, replicas: list[
         return r
 
     return least_loaded
-
-
-def _round_robin_slots(groups: np.ndarray, num_replicas: int) -> np.ndarray:
-    """Each request's replica under round-robin dispatch: groups ranked by first appearance,
-    request i to its group's rank mod replicas."""
-    _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
-    rank = np.empty(len(first), np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-    return np.asarray(rank[inverse.reshape(-1)] % num_replicas, np.int64)
 
 
 def _enqueue(replicas: list[Replica], ids: np.ndarray, slots: np.ndarray) -> list[Replica]:
@@ -268,8 +276,8 @@ def _drive(
     admission (:mod:`rlperf.stages.rollout_groups`) the requests of a group arrive when the
     driver submits it, and finishes are reported to the gate as they happen. ``initial``: the
     book's arrays as built, which the compiled run-out reads when it plans the first arrivals."""
-    choose = _dispatcher(requests, opts, replicas)
-    slots = _round_robin_slots(requests.group_id, len(replicas)) if opts.dispatch == "round_robin" else None
+    slots = _slots(requests, opts, len(replicas))
+    choose = _dispatcher(requests, opts, replicas, slots)
     arrival = requests.arrival_s
     gated = opts.max_groups_in_flight is not None or opts.stop_after_num_groups is not None
     gate = GroupGate(requests.group_id, arrival, opts.max_groups_in_flight) if gated else None
@@ -278,22 +286,25 @@ def _drive(
     else:  # the groups submitted at the start; the others arrive through the gate
         first = np.array(gate.initial(), np.int64)
         order_arr = first[np.argsort(arrival[first], kind="stable")]
-    order = order_arr.tolist()
-    arrival_list = arrival.tolist()
-    arrival_sorted = arrival[order_arr].tolist()
+    n = len(order_arr)
+    in_order = arrival[order_arr]
+    # Every request at one time (a synchronous call): only the first entry is ever read.
+    same = n > 0 and in_order[0] == in_order[-1]
+    arrival_sorted: list[float] = [float(in_order[0])] * n if same else in_order.tolist()
     t_stop = opts.time_limit_s if opts.time_limit_s is not None else math.inf
     want = opts.stop_after_num_finished
     want_groups = opts.stop_after_num_groups
     debug = opts.debug_checks
     version = [0] * len(replicas)
     heap: list[tuple[float, int, int]] = []
-    ptr, n = 0, len(order)
+    ptr = 0
     arrived: list[int] = []  # requests dispatched, and the replica of each (replica_of at the end)
     went_to: list[int] = []
     if gate is not None:
         book.done_log = []
     # Requests whose KV is still cached (they arrive at 0 s, first in the batch) go on decoding.
-    cached = requests.kv_cached.tolist() if requests.kv_cached.any() else None
+    cached_arr = requests.kv_cached if requests.kv_cached.any() else None
+    cached: list[bool] | None = None  # cached_arr as a list, made when the event loop resumes requests
     run_out_compiled = not opts.event_by_event and not debug and compiled()
 
     def replan(r: Replica) -> None:
@@ -325,7 +336,7 @@ def _drive(
             break
         while heap and heap[0][2] != version[heap[0][1]]:
             heapq.heappop(heap)
-        t_arr = arrival_list[order[ptr]] if ptr < n else math.inf
+        t_arr = arrival_sorted[ptr] if ptr < n else math.inf
         if gate is not None:
             t_arr = min(t_arr, gate.next_s)
         t_rep = heap[0][0] if heap else math.inf
@@ -338,17 +349,18 @@ def _drive(
             if slots is not None and end - ptr > 16:  # many at once (every request at t = 0)
                 ids = order_arr[ptr:end]
                 touched = _enqueue(replicas, ids, slots[ids])
-                arrived.extend(ids.tolist())
-                went_to.extend(slots[ids].tolist())
+                replica_of[ids] = slots[ids]
                 ptr = end
             else:
-                touched = _submit(order[ptr:end], choose, arrived, went_to, [])
+                touched = _submit(order_arr[ptr:end].tolist(), choose, arrived, went_to, [])
                 ptr = end
             # The last requests have arrived on idle replicas: the compiled run-out applies
             # their events too (the same as replanning them here, then running out), and
             # resumes the cached ones first.
             out_compiled = gate is None and ptr == n and run_out_compiled and all(r.plan is None for r in touched)
-            if cached is not None and not out_compiled:
+            if cached_arr is not None and not out_compiled:
+                if cached is None:
+                    cached = cached_arr.tolist()
                 _resume_cached(touched, cached)
             if gate is not None:  # groups the gate submits now, after the ones queued at the start
                 touched = _submit(gate.pop_at(t_arr), choose, arrived, went_to, touched)
@@ -357,9 +369,9 @@ def _drive(
                     r.t = max(r.t, t_arr)
                 fresh = frozenset(r.index for r in touched)
                 if t_stop == math.inf and want is None:
-                    run_out(replicas, debug, fresh, cached, as_built)
+                    run_out(replicas, debug, fresh, cached_arr, as_built)
                 else:
-                    t_stop = run_out_until(replicas, t_stop, want, debug, fresh, cached, as_built)
+                    t_stop = run_out_until(replicas, t_stop, want, debug, fresh, cached_arr, as_built)
                 break
             for r in touched:
                 if r.plan is None:
@@ -380,7 +392,8 @@ def _drive(
             if gate is not None:
                 t_stop = min(t_stop, groups_done())
     book.done_log = None
-    replica_of[arrived] = went_to
+    if arrived:
+        replica_of[arrived] = went_to
     if book.settled is not None:  # the compiled run-out committed and settled the stop itself
         return t_stop if t_stop < math.inf and book.settled.cut else math.inf
     unsent = ptr < n or (gate is not None and not gate.exhausted)
@@ -410,14 +423,24 @@ def solo_times_s(
     return pre, dec
 
 
-def _pareto(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Indices of the points not dominated in both coordinates (the max of any function
-    increasing in both lies among them)."""
-    idx = np.lexsort((-x, -y))  # by y desc, then x desc
-    best = np.maximum.accumulate(x[idx])
+def _pareto(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The points (x, y) not dominated in both coordinates (the max of any function
+    increasing in both lies among them), by y then x descending, each once. Every point that
+    is at most the highest point (max y, then max x) in x, or at most the rightmost (max x,
+    then max y) in y, is dominated by it or equal to it: only the points beyond both, and the
+    two, are sorted."""
+    hi = int(np.argmax(y))
+    top = x[y == y[hi]].max()
+    rt = int(np.argmax(x))
+    right = y[x == x[rt]].max()
+    rest = (x > top) & (y > right)
+    px = np.concatenate((x[rest], [top, x[rt]]))
+    py = np.concatenate((y[rest], [y[hi], right]))
+    idx = np.lexsort((-px, -py))  # by y desc, then x desc
+    best = np.maximum.accumulate(px[idx])
     keep = np.ones(len(idx), bool)
-    keep[1:] = x[idx][1:] > best[:-1]
-    return idx[keep]
+    keep[1:] = px[idx][1:] > best[:-1]
+    return px[idx[keep]], py[idx[keep]]
 
 
 def _depth(
@@ -425,8 +448,8 @@ def _depth(
 ) -> tuple[float, float]:
     ctx = requests.prompt_tokens + requests.already_generated
     steps = target - requests.already_generated - 1  # the first token comes from the prefill
-    cand = _pareto(ctx, steps)
-    pre, dec = solo_times_s(step, ctx[cand], steps[cand], budget)
+    front_ctx, front_steps = _pareto(ctx, steps)
+    pre, dec = solo_times_s(step, front_ctx, front_steps, budget)
     return float(np.max(pre + dec)), float(np.max(dec))
 
 

@@ -39,9 +39,11 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rlperf.stages.rollout_requests import GroupIndex
 from rlperf.stages.rollout_result import SegmentLog
 from rlperf.stages.rollout_step import Coef, Count, Run, StepModel
 
@@ -49,33 +51,62 @@ WAITING, PREFILL, DECODING, DONE = 0, 1, 2, 3
 
 
 class Book:
-    """Per-request state shared by the replicas of one call (plain lists: fast scalar access)."""
+    """Per-request state shared by the replicas of one call (plain lists: fast scalar access).
 
-    def __init__(
-        self,
-        prompt: list[int],
-        response: list[int],
-        target: list[int],
-        generated: list[int],
-        group: list[int],
-    ) -> None:
-        n = len(prompt)
-        self.prompt = prompt
-        self.response = response  # full response length
-        self.target = target  # tokens the request stops at in this call
-        self.generated = generated  # generated so far (valid while not decoding)
-        self.group = group
-        self.status = [WAITING] * n
-        self.finish_s = [math.inf] * n
-        self.join_step = [0] * n
-        self.private_kv = [0] * n  # KV tokens of the request not shared with its group
-        self.order = [0] * n  # join sequence number (stale-heap-entry check)
+    Each list is made on first use, from the call's arrays as built (prompt, response, target,
+    generated, group) or its initial value (the others): the compiled run-out reads the arrays
+    and settles the call on arrays (``settled``), so a call it runs whole never needs most of
+    them (a list of 10k entries costs ~0.15 ms to make from an array, ~0.6 to read back)."""
+
+    prompt: list[int]
+    response: list[int]  # full response length
+    target: list[int]  # tokens the request stops at in this call
+    generated: list[int]  # generated so far (valid while not decoding)
+    group: list[int]
+    status: list[int]
+    finish_s: list[float]
+    join_step: list[int]
+    private_kv: list[int]  # KV tokens of the request not shared with its group
+    order: list[int]  # join sequence number (stale-heap-entry check)
+
+    def __init__(self, arrays: BookArrays, groups: GroupIndex) -> None:
+        self.arrays = arrays
+        self.groups = groups  # arrays.group sorted (rlperf.stages.rollout_requests.GroupIndex)
+        self.num_requests = len(arrays.prompt)
         self.num_finished = 0  # requests that reached their full response
         # Requests finished since the driver last looked (group admission only: None otherwise).
         self.done_log: list[int] | None = None
-        # The call's outcome as arrays when the compiled run-out settled its stop itself (the
-        # lists above are then not brought up to date: the call is over).
+        # The call's outcome as arrays when the compiled run-out settled it itself (the lists
+        # above are then not brought up to date: the call is over).
         self.settled: Settled | None = None
+
+    if not TYPE_CHECKING:  # the lists' types are declared above
+
+        def __getattr__(self, name: str) -> list[int] | list[float]:
+            """A list not made yet (Python calls this only for a missing attribute)."""
+            if name in _FROM_ARRAYS:
+                values = getattr(self.arrays, name).tolist()
+            elif name in _INITIAL:
+                values = [_INITIAL[name]] * self.num_requests
+            else:
+                raise AttributeError(name)
+            setattr(self, name, values)
+            return values
+
+    def made(self, name: str) -> bool:
+        """Whether list ``name`` was made (read or written) yet."""
+        return name in vars(self)
+
+    def finish_array(self) -> np.ndarray:
+        """``finish_s`` as an array (every request unfinished while the list was never made)."""
+        if self.made("finish_s"):
+            return np.array(self.finish_s, np.float64)
+        return np.full(self.num_requests, math.inf)
+
+
+_FROM_ARRAYS = frozenset(("prompt", "response", "target", "generated", "group"))
+_INITIAL: dict[str, int | float] = {"status": WAITING, "finish_s": math.inf, "join_step": 0, "private_kv": 0,
+                                    "order": 0}
 
 
 @dataclass(frozen=True)

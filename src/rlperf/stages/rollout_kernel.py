@@ -52,7 +52,7 @@ class Planned:
 
 
 def plan_to_idle(replicas: list[Replica], fresh: frozenset[int] = frozenset(),
-                 cached: Sequence[bool] | None = None, initial: BookArrays | None = None) -> Planned:
+                 cached: np.ndarray | Sequence[bool] | None = None, initial: BookArrays | None = None) -> Planned:
     """Plan every replica (all of one call, every request arrived, no stop) until idle, as
     :meth:`Replica.plan_out` would without draining; update the book and the replicas' step
     counts and counters (times are left to :func:`time_runs`). The replicas whose index is in
@@ -67,26 +67,24 @@ def plan_to_idle(replicas: list[Replica], fresh: frozenset[int] = frozenset(),
 class CallPlanner:
     """One call's replicas and book as the compiled loop's arrays, planned by :meth:`run`."""
 
-    def __init__(self, replicas: list[Replica], fresh: frozenset[int], cached: Sequence[bool] | None = None,
+    def __init__(self, replicas: list[Replica], fresh: frozenset[int], cached: np.ndarray | Sequence[bool] | None = None,
                  initial: BookArrays | None = None) -> None:
         self.replicas = replicas
         bk: Book = replicas[0].book
         step: StepModel = replicas[0].step
         self.book = bk
         n_req = len(bk.prompt)
-        self.cached = np.zeros(n_req, np.bool_) if cached is None else np.asarray(cached, np.bool_)
+        self.cached = np.zeros(n_req, np.bool_) if cached is None else np.ascontiguousarray(cached, np.bool_)
         if initial is None:
             self.cols = np.array([bk.prompt, bk.response, bk.target, bk.generated, bk.status, bk.join_step,
                                   bk.private_kv, bk.order], np.int64).reshape(8, n_req)
-            group_of = np.asarray(bk.group, np.int64)
         else:  # as built: every request waiting, nothing joined (status, join step, KV and order 0)
             self.cols = np.zeros((8, n_req), np.int64)
             for row, col in enumerate((initial.prompt, initial.response, initial.target, initial.generated)):
                 self.cols[row] = col
-            group_of = np.asarray(initial.group, np.int64)
         assert WAITING == 0
-        self.group_ids, group = np.unique(group_of, return_inverse=True)
-        self.group = np.ascontiguousarray(group.reshape(-1), np.int64)
+        self.group_ids = bk.groups.ids
+        self.group = np.ascontiguousarray(bk.groups.inverse, np.int64)
         self.state = np.array([[r.S, r.b, r.ctx_fixed, r.kv_fixed, r.wave_left, int(r.blocked), r.next_order, r.cap,
                                 r.max_seqs, r.budget, int(r.sharing), int(r.index in fresh)] for r in replicas],
                               np.int64).reshape(len(replicas), 12)
@@ -109,11 +107,13 @@ class CallPlanner:
         self.consts = np.array([step.prefill_linear_flops_per_token, step.lm_head_flops, step.attention_flops_per_pair,
                                 step.matmul_flops_per_s, step.attention_flops_per_s], np.float64)
 
-    def run(self, max_runs: np.ndarray | None, apply: bool) -> Planned:
+    def run(self, max_runs: np.ndarray | None, apply: bool, lists: bool = True) -> Planned:
         """Plan every replica until idle, replica ``k`` stopping after ``max_runs[k]`` runs
         (None: none stops early), its state left as :meth:`Replica.plan_out` leaves it.
         ``apply`` False: the book and the replicas are left untouched (a dry run: only the
-        runs and the finishes, with ``Planned.generated``), and the planner can run again."""
+        runs and the finishes, with ``Planned.generated``), and the planner can run again.
+        ``lists`` False: the replicas are updated but not the book's lists (the caller keeps
+        the outcome as arrays)."""
         n_rep = len(self.replicas)
         limit = np.full(n_rep, 1 << 62, np.int64) if max_runs is None else np.ascontiguousarray(max_runs, np.int64)
         early = max_runs is not None
@@ -126,7 +126,7 @@ class CallPlanner:
                          floats[:, 1])
         planned = Planned(runs, fin, fin_run, cols[3])
         if apply:
-            self._apply(planned, counters, kept if early else None, kept_at)
+            self._apply(planned, counters, kept if early else None, kept_at, lists)
         return planned
 
     def run_to_stop(self, done: np.ndarray) -> Planned:
@@ -206,13 +206,15 @@ class CallPlanner:
             status[i] = np.where(due, DONE, WAITING)
             finish_s[i[due]] = r.t
 
-    def _apply(self, planned: Planned, counters: np.ndarray, kept: np.ndarray | None, kept_at: np.ndarray) -> None:
+    def _apply(self, planned: Planned, counters: np.ndarray, kept: np.ndarray | None, kept_at: np.ndarray,
+               lists: bool) -> None:
         bk, cols, fin = self.book, self.cols, planned.finished
-        bk.generated = cols[3].tolist()
-        bk.status = cols[4].tolist()
-        bk.join_step = cols[5].tolist()
-        bk.private_kv = cols[6].tolist()
-        bk.order = cols[7].tolist()
+        if lists:
+            bk.generated = cols[3].tolist()
+            bk.status = cols[4].tolist()
+            bk.join_step = cols[5].tolist()
+            bk.private_kv = cols[6].tolist()
+            bk.order = cols[7].tolist()
         bk.num_finished += int(np.sum(cols[3][fin] == cols[1][fin]))
         values = kept.tolist() if kept is not None else []
         for k, r in enumerate(self.replicas):

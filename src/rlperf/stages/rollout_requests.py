@@ -33,6 +33,7 @@ class RolloutRequests:
     already_generated: np.ndarray
     arrival_s: np.ndarray
     kv_cached: np.ndarray  # bool: KV of prompt + already_generated still cached (no re-prefill)
+    groups: GroupIndex  # group_id sorted once (the input check, the dispatch and the run-out read it)
 
     @classmethod
     def build(
@@ -81,10 +82,11 @@ class RolloutRequests:
         _check("requests.arrival_s", np.isfinite(arr) & (arr >= 0), "must be finite and >= 0")
         _check("requests.kv_cached", ~cached | ((done > 0) & (arr == 0)),
                "only for a request with already_generated > 0 that arrives at 0 s")
-        _check_group_prompts(prompt, group)
-        for a in (prompt, resp, group, done, arr, cached):
+        groups = GroupIndex.of(group)
+        _check_group_prompts(prompt, group, groups)
+        for a in (prompt, resp, group, done, arr, cached, groups.ids, groups.first, groups.inverse):
             a.setflags(write=False)
-        return cls(prompt, resp, group, done, arr, cached)
+        return cls(prompt, resp, group, done, arr, cached, groups)
 
     @property
     def num_requests(self) -> int:
@@ -107,8 +109,35 @@ def _ints(name: str, values: ArrayLike, n: int | None = None) -> np.ndarray:
     return a
 
 
-def _check_group_prompts(prompt: np.ndarray, group: np.ndarray) -> None:
-    """Requests of one group answer one prompt, so their prompt lengths must agree."""
+@dataclass(frozen=True, eq=False)
+class GroupIndex:
+    """The groups of a call's requests: ``ids`` the distinct group ids ascending, ``first``
+    the first request of each, ``inverse`` each request's position in ``ids``
+    (``np.unique``'s three answers; one stable sort, shared by everything that reads groups)."""
+
+    ids: np.ndarray
+    first: np.ndarray
+    inverse: np.ndarray
+
+    @classmethod
+    def of(cls, group: np.ndarray) -> GroupIndex:
+        ids, first, inverse = np.unique(group, return_index=True, return_inverse=True)
+        return cls(ids, first, inverse.reshape(-1))
+
+    def round_robin_slots(self, num_replicas: int) -> np.ndarray:
+        """Each request's replica under round-robin dispatch: groups ranked by first
+        appearance, request i to its group's rank mod replicas."""
+        rank = np.empty(len(self.first), np.int64)
+        rank[np.argsort(self.first, kind="stable")] = np.arange(len(self.first))
+        return np.asarray(rank[self.inverse] % num_replicas, np.int64)
+
+
+def _check_group_prompts(prompt: np.ndarray, group: np.ndarray, groups: GroupIndex) -> None:
+    """Requests of one group answer one prompt, so their prompt lengths must agree: each
+    request's prompt equals its group's first request's (the error names the first clash in
+    (group, prompt) order)."""
+    if np.array_equal(prompt, prompt[groups.first][groups.inverse]):
+        return
     order = np.lexsort((prompt, group))
     g, p = group[order], prompt[order]
     bad = (g[1:] == g[:-1]) & (p[1:] != p[:-1])

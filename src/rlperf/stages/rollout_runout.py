@@ -66,7 +66,7 @@ def compiled() -> bool:
 
 
 def run_out(replicas: list[Replica], debug: bool = False, fresh: frozenset[int] = frozenset(),
-            cached: list[bool] | None = None, initial: BookArrays | None = None) -> None:
+            cached: np.ndarray | None = None, initial: BookArrays | None = None) -> None:
     """Run every replica with a planned run until idle (``debug``: check the invariants at
     every event). The replicas whose index is in ``fresh`` (only with :func:`compiled`) have
     requests just queued and no plan yet: they apply their events first, as
@@ -77,9 +77,9 @@ def run_out(replicas: list[Replica], debug: bool = False, fresh: frozenset[int] 
     if not active:
         return
     if not debug and compiled():
-        from rlperf.stages.rollout_kernel import plan_to_idle
+        from rlperf.stages.rollout_kernel import CallPlanner
 
-        time_planned(active, plan_to_idle(active, fresh, cached, initial))
+        _settle_idle(active, CallPlanner(active, fresh, cached, initial))
         return
     assert not fresh and cached is None
     for r in active:
@@ -111,7 +111,7 @@ STOP_BATCH_RUNS = 1024
 
 
 def run_out_until(replicas: list[Replica], t_stop: float, want: int | None, debug: bool = False,
-                  fresh: frozenset[int] = frozenset(), cached: list[bool] | None = None,
+                  fresh: frozenset[int] = frozenset(), cached: np.ndarray | None = None,
                   initial: BookArrays | None = None) -> float:
     """Run the replicas (every request arrived) up to a stop: ``t_stop``, or the time the
     ``want``-th request has finished its whole response, whichever comes first; return it (or
@@ -431,7 +431,7 @@ def _check_same_runs(a: RunArrays, b: RunArrays) -> None:
 
 
 def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | None, fresh: frozenset[int],
-                            cached: list[bool] | None = None, initial: BookArrays | None = None) -> float:
+                            cached: np.ndarray | None = None, initial: BookArrays | None = None) -> float:
     """:func:`run_out_until` with the compiled loop: every replica planned on copies (a dry
     run of up to :data:`DRY_RUNS` runs each, four times more until every event up to the stop
     is planned) and timed, which gives the stop; then each planned again from its state up to
@@ -447,7 +447,7 @@ def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | 
     if not active:
         return t_stop
     planner = CallPlanner(active, fresh, cached, initial)
-    response = np.asarray(book.response, np.int64)
+    response = planner.cols[1]
     limit = DRY_RUNS
     while True:  # dry runs of up to ``limit`` runs per replica until the stop is known
         dry = planner.run(np.full(len(active), limit, np.int64), apply=False)
@@ -470,9 +470,7 @@ def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | 
     # The real run plans the dry run's runs again (the loop is deterministic), each replica's
     # first ``done[k]``, so their step costs are the dry run's.
     if stop == math.inf:  # every replica goes idle first: the dry run planned every run
-        planned = planner.run(None, apply=True)
-        _check_same_runs(planned.runs, dry.runs)
-        time_planned(active, planned, timed)
+        _settle_idle(active, planner, dry.runs, timed)
         return t_stop
     done = np.bincount(rep[end_s <= stop], minlength=len(active))
     first = np.cumsum(counts) - counts
@@ -492,6 +490,20 @@ def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | 
     return stop
 
 
+def _settle_idle(active: list[Replica], planner: CallPlanner, dry: RunArrays | None = None,
+                 timed: _Timed | None = None) -> None:
+    """Every busy replica planned until idle by the compiled loop and timed, the call's outcome
+    left as arrays in ``book.settled`` (nothing runs after: the book's lists are not brought up
+    to date). ``dry``: the same runs from a dry run, with their step costs ``timed``."""
+    book = active[0].book
+    planned = planner.run(None, apply=True, lists=False)
+    if dry is not None:
+        _check_same_runs(planned.runs, dry)
+    finish_s = book.finish_array()
+    time_planned(active, planned, timed, finish_s)
+    book.settled = Settled(finish_s, planned.generated, False)
+
+
 def _stop_and_settle(active: list[Replica], planner: CallPlanner, dry: RunArrays, next_run: np.ndarray,
                      busy: np.ndarray, kept_runs: RunArrays, timed: _Timed, stop: float) -> None:
     """The end of :func:`_run_out_until_compiled` and of the event loop at a stop, on arrays:
@@ -502,7 +514,7 @@ def _stop_and_settle(active: list[Replica], planner: CallPlanner, dry: RunArrays
     book = active[0].book
     planned = planner.run_to_stop(np.bincount(kept_runs.replica, minlength=len(active)))
     _check_same_runs(planned.runs, kept_runs)
-    finish_s = np.array(book.finish_s, np.float64)
+    finish_s = book.finish_array()
     time_planned(active, planned, timed, finish_s)
     cut = False
     for k, r in enumerate(active):

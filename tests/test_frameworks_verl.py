@@ -253,3 +253,20 @@ def test_engine_name_and_eager_mode_map_to_the_engine_model_and_round_trip() -> 
     assert sgl.plan.rollout.overlap_scheduling and not sgl.plan.rollout.cuda_graphs
     again, _ = load_framework_config("verl", None, export_verl(sgl).args)
     assert again.plan.rollout == sgl.plan.rollout
+
+
+def test_rollout_data_parallel_experts_are_data_parallel_attention() -> None:
+    # verl: ep = tp·dp over one server (RolloutConfig asserts it). It was refused as
+    # "verl import.plan.rollout: ep must equal tp*pp", a field the script does not have.
+    base = ["actor_rollout_ref.model.path=Qwen/Qwen3-30B-A3B", "trainer.n_gpus_per_node=8", "data.train_batch_size=64",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=16", "actor_rollout_ref.rollout.tensor_model_parallel_size=1"]
+    spec, rep = import_verl(None, [*base, "actor_rollout_ref.rollout.data_parallel_size=4",
+                                   "actor_rollout_ref.rollout.expert_parallel_size=4"])
+    e = spec.plan.rollout
+    assert (e.tp, e.ep, e.dp_attention, e.replicas) == (4, 4, True, 2)
+    assert any(n.key.endswith("rollout.data_parallel_size") and "data-parallel attention" in n.note for n in rep.mapped)
+    again, _ = import_verl(None, list(export_verl(spec).args))
+    assert again.plan.rollout == e
+    with pytest.raises(SpecError, match=r"^actor_rollout_ref\.rollout\.expert_parallel_size: 8 with tensor_model_parallel_size 1, "
+                                        r"data_parallel_size 4 .*allowed: tp·dp = 4"):
+        import_verl(None, [*base, "actor_rollout_ref.rollout.data_parallel_size=4", "actor_rollout_ref.rollout.expert_parallel_size=8"])

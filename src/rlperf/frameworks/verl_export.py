@@ -363,7 +363,10 @@ def _engine(plan: Plan, out: _Out) -> None:
     # SGLang is the engine that overlaps its scheduling with the GPU by default
     out.set(f"{ROLLOUT}.name", "sglang" if e.overlap_scheduling else "vllm")
     out.set(f"{ROLLOUT}.enforce_eager", not e.cuda_graphs)
-    out.set(f"{ROLLOUT}.tensor_model_parallel_size", e.tp)
+    # data-parallel attention: tp·dp GPUs a server, attention whole on each, experts over all
+    out.set(f"{ROLLOUT}.tensor_model_parallel_size", 1 if e.dp_attention else e.tp)
+    if e.dp_attention:
+        out.add(f"{ROLLOUT}.data_parallel_size", e.tp)
     if e.pp > 1:
         out.add(f"{ROLLOUT}.pipeline_model_parallel_size", e.pp)
     if e.ep > 1:

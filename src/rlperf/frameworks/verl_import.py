@@ -599,6 +599,9 @@ class _Importer:
         for key, value in (("pipeline_model_parallel_size", pp), ("expert_parallel_size", ep)):
             if self.r.has(f"{ROLLOUT}.{key}"):
                 self.rec.map(f"{ROLLOUT}.{key}", value, f"engine {key.split('_')[0]}")
+        dp_attention = self._data_parallel_experts(tp, pp, ep)
+        if dp_attention:
+            tp = ep  # one server spans tp·dp GPUs; each data-parallel rank attends to its own sequences
         if gpus % (tp * pp) != 0:
             raise SpecError(f"{ROLLOUT}.tensor_model_parallel_size", f"tp·pp = {tp * pp} does not divide the {gpus} rollout GPUs")
         dtype_key = f"{ROLLOUT}.dtype"
@@ -624,7 +627,29 @@ class _Importer:
             "dtype": dtype,
             "cuda_graphs": not as_bool(f"{ROLLOUT}.enforce_eager", self._mapped(f"{ROLLOUT}.enforce_eager", "engine CUDA graphs off when true")),
             "overlap_scheduling": name == "sglang",
+            "dp_attention": dp_attention,
         }
+
+    def _data_parallel_experts(self, tp: int, pp: int, ep: int) -> bool:
+        """Whether the server runs data-parallel attention with experts over its ranks: verl's
+        ``rollout.data_parallel_size`` dp > 1 with ``expert_parallel_size`` = tp·dp (verl's
+        RolloutConfig asserts that equality; vLLM spreads the experts over all tp·dp GPUs) is
+        rlperf's replica of tp·dp GPUs with ``dp_attention`` (exact for tp = 1)."""
+        key = f"{ROLLOUT}.data_parallel_size"
+        dp = as_int(key, self.r.get(key, 1))
+        if dp == 1 or ep == 1:
+            if self.r.has(key):  # dense data-parallel ranks are independent engines: replicas of the pool
+                self.rec.map(key, dp, "engine replicas follow from the pool")
+            return False
+        if ep != tp * dp or pp != 1:
+            raise SpecError(f"{ROLLOUT}.expert_parallel_size", f"{ep} with tensor_model_parallel_size {tp}, data_parallel_size "
+                            f"{dp} and pipeline_model_parallel_size {pp}", f"tp·dp = {tp * dp} with pipeline size 1 (verl asserts it)")
+        note = f"data-parallel attention: a replica of {ep} GPUs, experts over all of them"
+        if tp > 1:
+            self.rec.unsupported_key(key, dp, note + f" (attention costed whole per GPU, not split {tp} ways)")
+        else:
+            self.rec.map(key, dp, note)
+        return True
 
     def _mapped(self, key: str, note: str) -> Any:
         value = self.get(key)

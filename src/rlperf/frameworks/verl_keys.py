@@ -173,7 +173,6 @@ UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
     ("actor_rollout_ref.rollout.update_weights_bucket_megabytes", "weight sync is costed without buckets", ()),
     ("actor_rollout_ref.rollout.engine_kwargs.*", "engine options are not modelled", ()),
     ("actor_rollout_ref.rollout.multi_turn.enable", "multi-turn tool rollouts are not modelled", (False,)),
-    ("actor_rollout_ref.rollout.data_parallel_size", "engine data parallelism follows from the pool", (1,)),
     ("actor_rollout_ref.ref.model", "the reference model is the actor's model", (None,)),
     ("trainer.balance_batch", "dp balancing is modelled as equal counts / token budget", (True,)),
     ("trainer.critic_warmup", "critic warm-up steps are not modelled (steady state)", (0,)),

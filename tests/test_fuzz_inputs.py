@@ -482,3 +482,20 @@ def test_tp_that_cannot_share_the_kv_heads_is_refused(tmp_path: Path, path: str)
     line = simulate_refused(tmp_path, write(tmp_path / "sc.yaml", small(**changes)),
                             contains=f"{path}: 7 GPUs cannot share Qwen2.5-0.5B's 2 KV heads")
     assert "a divisor or a multiple of num_kv_heads (2)" in line
+
+
+@pytest.mark.parametrize("options, contains", [
+    (["--gpu", "nope"], "--gpu: unknown name 'nope'"),
+    (["--algorithm", "NOPE"], "--algorithm: unknown name 'NOPE'"),
+    (["--model", "Qwen2.5-Math-7B"], "--model: sequences of up to 9,216 tokens"),
+    (["--model", "Qwen2.5-Math-7B", "--max-response", "8192"], "--max-response: sequences of up to 9,216 tokens"),
+])
+def test_a_bad_plan_option_is_named_not_the_base_scenario_file(options: list[str], contains: str) -> None:
+    # It was attributed to the shipped scenario: ".../grpo-qwen2.5-7b-colocated-sync.yaml:gpu: ...".
+    line = assert_one_line_error(invoke(["plan", *options], time_limit_s=60), contains=contains)
+    assert ".yaml" not in line
+
+
+def test_a_learned_positions_model_given_as_an_option_is_named() -> None:
+    line = assert_one_line_error(invoke(["plan", "--model", "gpt2"], time_limit_s=60), contains="--model: sequences")
+    assert "1024 learned positions of gpt2" in line

@@ -179,7 +179,34 @@ def build_scenario(
     try:
         return load_scenario(data), choice
     except SpecError as err:
-        raise err.in_source(path) from None
+        option = _option_behind(err.field, question)
+        if option is None or err.source:
+            raise err.in_source(path) from None
+        raise SpecError(option, err.problem, err.allowed) from None
+
+
+# Scenario fields an option sets (option -> the field, or a field under it): a value the
+# scenario refuses is the option's, not the base file's. The caps-versus-positions checks name
+# the workload (or its max_total_tokens) and come from the model or the response cap.
+_OPTION_FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("model", "--model", ("model",)),
+    ("gpu", "--gpu", ("gpu", "cluster.gpu")),
+    ("nodes", "--nodes", ("num_nodes", "cluster.num_nodes")),
+    ("gpus_per_node", "--gpus-per-node", ("gpus_per_node", "cluster.gpus_per_node", "num_gpus")),
+    ("algorithm", "--algorithm", ("algorithm",)),
+    ("workload", "--workload", ("workload.preset",)),
+)
+_POSITION_FIELDS = ("workload", "workload.max_total_tokens")
+
+
+def _option_behind(field: str, question: Question) -> str | None:
+    """The option given in ``question`` that set scenario field ``field``, if one did."""
+    for key, option, fields in _OPTION_FIELDS:
+        if question.get(key) is not None and any(field == f or field.startswith(f + ".") for f in fields):
+            return option
+    if field in _POSITION_FIELDS:
+        return "--max-response" if question.get("max_response") else "--model" if question.get("model") else None
+    return None
 
 
 def with_mean_response(sc: Scenario, mean_tokens: float) -> Scenario:

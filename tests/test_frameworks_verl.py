@@ -270,3 +270,13 @@ def test_rollout_data_parallel_experts_are_data_parallel_attention() -> None:
     with pytest.raises(SpecError, match=r"^actor_rollout_ref\.rollout\.expert_parallel_size: 8 with tensor_model_parallel_size 1, "
                                         r"data_parallel_size 4 .*allowed: tp·dp = 4"):
         import_verl(None, [*base, "actor_rollout_ref.rollout.data_parallel_size=4", "actor_rollout_ref.rollout.expert_parallel_size=8"])
+
+
+@pytest.mark.parametrize("entry", ["verl.trainer.fsdp_sft_trainer", "verl.trainer.main_generation"])
+def test_a_script_that_runs_another_verl_entry_names_it(tmp_path: Path, entry: str) -> None:
+    # SFT was "no trainer invocation found"; generation was read as a trainer and refused for a
+    # missing actor_rollout_ref.model.path.
+    script = tmp_path / "run.sh"
+    script.write_text(f"torchrun --nproc_per_node=8 -m {entry} model.path=Qwen/Qwen2.5-7B data.batch_size=8\n")
+    with pytest.raises(SpecError, match=rf"^script: runs {entry}, not one of verl's RL trainers"):
+        load_framework_config("verl", script)

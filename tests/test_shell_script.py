@@ -137,6 +137,7 @@ def test_words_match_bash(word: str) -> None:
 @pytest.mark.parametrize("token, runs_verl", [
     ("verl.trainer.main_ppo", True), ("recipe.dapo.main_dapo", True), ("main_ppo_split.py", True),
     ("examples/split_placement/main_ppo_split.py", True), ("main_ppo_split", False), ("train.py", False),
+    ("verl.trainer.main_generation", False), ("verl.trainer.main_eval", False),  # no RL: named, not imported
 ])
 def test_verl_entry_points_include_copies_of_main_ppo(token: str, runs_verl: bool) -> None:
     from rlperf.frameworks.verl_script import is_verl_entry

@@ -42,12 +42,22 @@ ENTRY_MODULES = (
 _MEGATRON_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic", "reward_model")
 
 
+# verl entry points that train no policy with RL: generation and evaluation only.
+NOT_RL = ("main_generation", "main_generation_server", "main_eval")
+
+
 def is_verl_entry(token: str) -> bool:
     """Whether ``token`` runs a verl trainer (a module name or a path to its file)."""
     module = token.removesuffix(".py").replace("/", ".").lstrip(".")
+    last = module.rsplit(".", 1)[-1]
     return any(module == m or module.endswith("." + m) for m in ENTRY_MODULES) or (
-        module.startswith(("verl.", "recipe.")) and module.rsplit(".", 1)[-1].startswith("main_")
-    ) or (token.endswith(".py") and module.rsplit(".", 1)[-1].startswith("main_ppo"))  # a copy, e.g. main_ppo_split.py
+        module.startswith(("verl.", "recipe.")) and last.startswith("main_") and last not in NOT_RL
+    ) or (token.endswith(".py") and last.startswith("main_ppo"))  # a copy, e.g. main_ppo_split.py
+
+
+def _runs_verl(token: str) -> bool:
+    """Any verl module (an SFT trainer, generation): named when no RL trainer is found."""
+    return token.replace("/", ".").lstrip(".").startswith(("verl.", "recipe."))
 
 
 @dataclass(frozen=True)
@@ -124,7 +134,16 @@ def import_verl_script(
     from rlperf.inputs import read_text
 
     p = Path(path)
-    reading = read_launch_script(read_text(p, "script"), is_verl_entry, env)
+    text = read_text(p, "script")
+    try:
+        reading = read_launch_script(text, is_verl_entry, env)
+    except SpecError as err:
+        try:
+            other = read_launch_script(text, _runs_verl, env).invocation.entry
+        except SpecError:
+            raise err from None
+        raise SpecError("script", f"runs {other}, not one of verl's RL trainers",
+                        "verl.trainer.main_ppo and the recipes' main_* entry points") from None
     try:
         inv = parse_invocation(reading.invocation.entry, reading.invocation.args, p.parent)
         spec, report = import_verl(

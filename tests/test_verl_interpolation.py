@@ -96,3 +96,15 @@ def test_resolution_forms() -> None:
     assert res.flat["y"] is None and res.flat["z"] == "a b" and res.flat["w"] == "n3"
     assert set(res.unresolved) == {"v", "u"}
     assert "resolver rlperf does not run" in res.unresolved["u"]
+
+
+def test_a_cycle_of_references_is_named() -> None:
+    res = resolve({"a": "${b}", "b": "${a}", "c": "${c}"})
+    assert "never resolves (a cycle?)" in res.unresolved["a"] and "never resolves" in res.unresolved["c"]
+
+
+def test_a_negative_staleness_threshold_is_refused(tmp_path: Path) -> None:
+    # It was read as "synchronous" (t <= 0).
+    with pytest.raises(SpecError, match=r"^async_training\.staleness_threshold: -1 is out of range; allowed: >= 0"):
+        imported(tmp_path, BASE.replace("verl.trainer.main_ppo", "verl.experimental.fully_async_policy.fully_async_main")
+                 + "rollout.nnodes=1 rollout.n_gpus_per_node=4 async_training.staleness_threshold=-1\n")

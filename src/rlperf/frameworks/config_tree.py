@@ -220,10 +220,13 @@ class _Scope:
                         f"default{hint}; allowed: --set {name}=VALUE, or a default: ${{oc.env:{name},VALUE}}")
             if ":" in expr:
                 return f"{m.group(0)} uses a resolver rlperf does not run; allowed: the value itself as an override"
-            if not self.lookup(key, expr)[0]:
+            found, target = self.lookup(key, expr)
+            if not found:
                 hint = (f" (a shell variable {expr} is not expanded inside single quotes)"
                         if expr in self.env.script_only or expr in self.env.launch else "")
                 return f"{m.group(0)} refers to {expr}, which the configuration does not set{hint}; allowed: a key that is set, or the value itself"
+            if isinstance(target, str) and "${" in target:
+                return f"{m.group(0)} refers to {expr}, whose value {target!r} never resolves (a cycle?); allowed: the value itself"
         return ""
 
 

@@ -662,7 +662,7 @@ class _Importer:
         if recipe == "one_step_off":
             return {"kind": "one_step_off"}
         key = "async_training.staleness_threshold"
-        t = as_float(key, self.get(key))
+        t = as_float(key, self.get(key), lo=0.0)
         partial_key = "async_training.partial_rollout"
         # The trainer syncs after ``trigger`` local updates, each on the samples that have
         # arrived (require_batches mini-batches): rlperf's train_parts.

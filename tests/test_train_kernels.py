@@ -182,3 +182,31 @@ def test_softmax_fallback_adds_its_bytes_kernels_and_host_ops() -> None:
     # two sequences per micro-batch (b x np = 4) take the fused kernel: no extra host time
     two = MicroBatchShapes.of(microbatches_for(np.full(2, s), lay.model_copy(update={"micro_batch_size": 2})), padded=True)
     assert costs.forward(shard, two).host_s[0] == pytest.approx(units * h)
+
+
+def test_deepspeed_regathers_what_it_releases_between_recompute_and_backward() -> None:
+    # GPT-2 block at d = 1024 (2^20 = M): modules qkv 3M, o 1M, fc 4M, proj 4M. Between a
+    # module's recomputed forward and its backward lie the modules after it, twice: qkv 2 x 9M,
+    # o 2 x 8M, fc 2 x 4M, proj 0
+    model, mi = gpt3_model(1024, 16, 12, 1024), float(2**20)
+    lay = TrainLayout(dp=8, zero_stage=3, recompute="full", gather_unit="module", prefetch_gathers=False)
+
+    def regathered(**update):  # type: ignore[no-untyped-def]
+        costs = LayoutCosts(model, A100, lay.model_copy(update=update))
+        return costs.regathered_modules(costs.shards[0])
+
+    assert regathered(max_reuse_distance_params=17 * mi) == (1, 3 * mi)  # qkv only
+    assert regathered(max_reuse_distance_params=16 * mi) == (2, 4 * mi)  # the limit is reached: o too
+    assert regathered(max_reuse_distance_params=8 * mi) == (3, 8 * mi)
+    assert regathered() == (0, 0.0)  # DeepSpeed's default 1e9 keeps them all at this size
+    # only DeepSpeed's per-module coordinator under full recompute releases them this way
+    for other in ({"gather_unit": "layer"}, {"recompute": "selective"}, {"zero_stage": 2}):
+        assert regathered(max_reuse_distance_params=0.0, **other) == (0, 0.0)
+    # the backward's gather is the forward's plus one all-gather per module gathered again
+    costs = LayoutCosts(model, A100, lay.model_copy(update={"max_reuse_distance_params": 16 * mi}))
+    shard = costs.shards[0]
+    compute = np.array([1.0])
+    fwd, bwd = costs.weight_gather(shard, compute), costs.weight_gather(shard, compute, backward=True)
+    one = all_gather(A100, 2 * mi * 2, costs.shard_group)  # a module of 2M parameters on average, bf16
+    assert bwd.exposed_s[0] == pytest.approx(fwd.exposed_s[0] + 2 * model.num_layers * one.time_s, rel=1e-12)
+    assert bwd.bytes_sent == pytest.approx(fwd.bytes_sent + 2 * model.num_layers * one.bytes_sent_per_rank, rel=1e-12)

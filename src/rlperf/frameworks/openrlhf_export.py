@@ -241,6 +241,8 @@ def _layout(spec: ScenarioSpec, out: _Out) -> None:
             out.missing.append(f"{field}={getattr(lay, field)}: OpenRLHF trains in bf16 with fp32 reduction")
     if not lay.prefetch_gathers:
         out.missing.append("prefetch_gathers=False: OpenRLHF's DeepSpeed config keeps ZeRO-3's prefetch")
+    if lay.max_reuse_distance_params != 1e9:
+        out.missing.append("max_reuse_distance_params: OpenRLHF's DeepSpeed config leaves stage3_max_reuse_distance at 1e9")
 
 
 def _shape(lay: TrainLayout) -> dict[str, object]:

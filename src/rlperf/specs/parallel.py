@@ -87,6 +87,11 @@ class TrainLayout(Spec):
     # (PartitionedParameterCoordinator.fetch_sub_module): a layer's linear projections each,
     # norms and biases below stage3_param_persistence_threshold staying gathered
     gather_unit: GatherUnit = "layer"
+    # DeepSpeed's stage3_max_reuse_distance (its default 1e9; DeepSpeed-Chat's configs leave it,
+    # OpenRLHF's "auto" falls back to it): with gather_unit "module", a module's gathered
+    # parameters stay gathered after a use only if its trace uses them again within this many
+    # parameters (PartitionedParameterCoordinator.__params_to_release); read under full recompute
+    max_reuse_distance_params: float = Field(default=1e9, ge=0)
     # attention kernels: FlashAttention (causal tiles, no score matrix in HBM) or the unfused
     # path of Megatron's core attention (full-square scores, softmax and dropout through HBM)
     attention_kernel: AttentionKernel = "flash"

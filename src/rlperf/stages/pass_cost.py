@@ -74,7 +74,10 @@ outermost, as Megatron-Core orders its process groups):
   backward of every micro-batch, unit by unit (each layer, and the root unit), one collective of
   the unit's size each (its own latency; the stage's weights split evenly over its units;
   DeepSpeed's coordinator gathers submodule by submodule, ``gather_unit="module"``: one
-  all-gather per linear projection, :meth:`LayoutCosts.gather_units`);
+  all-gather per linear projection, :meth:`LayoutCosts.gather_units`; under full recompute it
+  releases a module after its recomputed forward unless the trace reuses it within
+  ``stage3_max_reuse_distance`` parameters, and gathers it again for the backward,
+  :meth:`LayoutCosts.regathered_modules`);
   reduce-scatter its gradients (``grad_dtype``) after every backward the same way (FSDP without
   ``no_sync``, as verl's actor does); ZeRO-2 under the FSDP / DeepSpeed backend reduce-scatters
   after every backward too (DeepSpeed reduces at every micro-step from stage 2; with
@@ -667,13 +670,43 @@ class LayoutCosts:
             return adapters / (lay.shard_degree if lay.zero_stage >= 1 else 1)
         return self.resident_params(shard) if lay.zero_stage >= 1 else shard.params
 
-    def weight_gather(self, shard: StageShard, compute_s: np.ndarray) -> Exposed:
+    def weight_gather(self, shard: StageShard, compute_s: np.ndarray, backward: bool = False) -> Exposed:
         """ZeRO-3 all-gather (and/or CPU-offload upload) of the stage's weights for one pass of
-        each micro-batch (``compute_s``: that pass's compute)."""
+        each micro-batch (``compute_s``: that pass's compute); a ``backward`` pass also gathers
+        again what DeepSpeed released after the recomputed forward (:meth:`regathered_modules`)."""
         t, sent = self._dp_traffic(shard, "weight_gather")
+        units = self.gather_units(shard)
+        if backward and self.regathered_modules(shard)[0]:
+            t2, sent2 = self._dp_traffic(shard, "regather")
+            t, sent, units = t + t2, sent + sent2, units + self.regathered_modules(shard)[0] * shard.num_layers
         if not self.layout.prefetch_gathers and self.layout.zero_stage >= 3:
             return Exposed(t, np.full(np.shape(compute_s), t), sent)
-        return overlap(t, compute_s, self.gather_units(shard), sent)
+        return overlap(t, compute_s, units, sent)
+
+    def regathered_modules(self, shard: StageShard) -> tuple[int, float]:
+        """(modules, parameters on the rank) of one layer that DeepSpeed's coordinator gathers a
+        second time in a backward with full recompute (``gather_unit="module"``, ZeRO-3; else
+        (0, 0)). The recomputed forward of a layer fetches its modules ``m_1 .. m_k`` in order
+        and the backward then fetches ``m_k .. m_1``; after each use the coordinator keeps a
+        module's parameters only if the trace uses them again within ``max_reuse_distance_params``
+        parameters (``__params_to_release``: it walks the trace from the next module, adding
+        each module's parameters, and stops once the sum reaches the limit). Between ``m_j``'s
+        recomputed forward and its backward lie ``m_(j+1) .. m_k`` twice, so ``m_j`` is gathered
+        again iff ``2 x (parameters of m_(j+1) .. m_k) >= max_reuse_distance_params``. Modules:
+        q, k, v (or a fused qkv), o, then the MLP's matrices in call order (gate, up, down; or
+        fc1, fc2), weights only, split by tp. Dense models without MLA; MoE and MLA models are
+        not modelled (no re-gather counted)."""
+        lay, m = self.layout, self.model
+        if lay.zero_stage < 3 or lay.gather_unit != "module" or lay.recompute != "full" or m.mla or m.moe:
+            return 0, 0.0
+        d, hd = m.hidden_size, m.head_dim
+        q, kv, o = d * m.num_heads * hd, d * m.num_kv_heads * hd, m.num_heads * hd * d
+        attn = [q + 2 * kv, o] if m.fused_qkv else [q, kv, kv, o]
+        mlp = [d * m.intermediate_size] * m.mlp.num_matrices
+        sizes = np.asarray(attn + mlp, dtype=np.float64) / lay.tp
+        later = np.cumsum(sizes[::-1])[::-1] - sizes  # parameters of the modules after each one
+        again = 2 * later >= lay.max_reuse_distance_params
+        return int(again.sum()), float(sizes[again].sum())
 
     def gather_units(self, shard: StageShard) -> int:
         """ZeRO-3 all-gathers per pass over the stage: one per decoder layer and one for the root
@@ -738,6 +771,10 @@ class LayoutCosts:
             if lay.offload_params:
                 on_device = self.resident_params(shard) if lay.zero_stage >= 3 else shard.params
                 t += on_device * bytes_per(lay.param_dtype) / pcie
+        elif kind == "regather":  # one all-gather per module gathered again, at its mean size
+            count, params = self.regathered_modules(shard)
+            calls = count * shard.num_layers
+            ops = [all_gather(self.cluster, params / count * _C, self.shard_group)] * calls if calls else []
         elif kind == "param_gather":
             ops = self._gathers(shard, all_gather, bytes_per(lay.param_dtype))
         elif self._adapters[shard.stage]:  # LoRA: only the adapters have gradients

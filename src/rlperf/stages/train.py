@@ -207,7 +207,7 @@ def _pipeline(
         fwd = costs.forward(shard, shapes)
         bwd = costs.backward(shard, shapes, fwd)
         gather_f = costs.weight_gather(shard, fwd.compute_s)
-        gather_b = costs.weight_gather(shard, bwd.compute_s)
+        gather_b = costs.weight_gather(shard, bwd.compute_s, backward=True)
         if costs.reduces_every_microbatch:
             rs = costs.grad_reduce(shard, bwd.compute_s, "reduce_scatter")
             rs_exposed, rs_sent = rs.exposed_s, rs.bytes_sent

@@ -3,6 +3,7 @@ field; round trips import -> export -> import; every key lands in exactly one bu
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -280,3 +281,17 @@ def test_a_script_that_runs_another_verl_entry_names_it(tmp_path: Path, entry: s
     script.write_text(f"torchrun --nproc_per_node=8 -m {entry} model.path=Qwen/Qwen2.5-7B data.batch_size=8\n")
     with pytest.raises(SpecError, match=rf"^script: runs {entry}, not one of verl's RL trainers"):
         load_framework_config("verl", script)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=3", "actor_rollout_ref.actor.ulysses_sequence_parallel_size"),
+    ("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=3", "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size"),
+])
+def test_a_layout_that_does_not_divide_its_pool_names_the_degree(override: str, key: str) -> None:
+    # It named actor_rollout_ref.actor.strategy, a key the script may not set at all.
+    base = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=8", "data.train_batch_size=64",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=16"]
+    if "megatron" in override:
+        base.append("actor_rollout_ref.actor.strategy=megatron")
+    with pytest.raises(SpecError, match=rf"^{re.escape(key)}: tp·pp·cp = 3 does not divide the 8 GPUs of the actor pool"):
+        import_verl(None, [*base, override])

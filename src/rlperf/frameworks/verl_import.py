@@ -412,7 +412,13 @@ class _Importer:
         lay["recompute"] = actor.recompute if actor is not None and role in ("ref", "reward_model") else self._recompute(role, strategy)
         mp = lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1)
         if gpus % mp != 0:
-            raise SpecError(strategy_key, f"tp·pp·cp = {mp} does not divide the {gpus} GPUs of the {role} pool")
+            # the key of the largest degree the config sets (the one a user would change)
+            keys = {"tp": f"{base}.megatron.tensor_model_parallel_size", "pp": f"{base}.megatron.pipeline_model_parallel_size",
+                    "cp": f"{base}.megatron.context_parallel_size" if strategy == "megatron" else f"{base}.ulysses_sequence_parallel_size"}
+            given = [(lay.get(d, 1), k) for d, k in keys.items() if self.r.has(k) and lay.get(d, 1) > 1]
+            key = max(given)[1] if given else strategy_key
+            raise SpecError(key, f"tp·pp·cp = {mp} does not divide the {gpus} GPUs of the {role} pool",
+                            f"a divisor of {gpus} (the pool: nnodes x n_gpus_per_node)")
         lay["dp"] = gpus // mp
         return TrainLayout.model_validate(lay)
 

@@ -179,3 +179,16 @@ def test_here_documents_match_bash(tmp_path: Path) -> None:
     out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=10, check=True,
                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "N": "5"})
     assert tuple(out.stdout.splitlines()) == args_of(HEREDOCS + "\\", N="5")
+
+
+def test_a_backslash_followed_by_blanks_cuts_the_command_and_says_where() -> None:
+    # bash reads "\ " as an escaped blank and the newline then ends the command: the lines after
+    # it are other commands (verl examples/ppo_trainer/run_deepseek7b_llm_pfppo.sh). The import
+    # then said only "actor_rollout_ref.model.path: missing".
+    script = "python3 -m trainer.main \\\n    a=1 \\  # a comment\n    b=2 \\\n    c=3\n"
+    reading = read_launch_script(script, _is_trainer)
+    assert reading.invocation.args == ("a=1", " ") and reading.cut_at == 2
+    assert any(w.startswith("line 2: a backslash followed by blanks ends") for w in reading.warnings)
+    err = reading.explain(SpecError("model.path", "missing"))
+    assert "the trainer's command ends on line 2" in str(err)
+    assert read_launch_script(script.replace("\\  # a comment", "\\"), _is_trainer).cut_at is None

@@ -81,13 +81,22 @@ class ScriptReading:
     script_only: frozenset[str] = frozenset()
     """Variables the script sets without exporting: the trainer does not see them."""
 
+    cut_at: int | None = None
+    """The line where a backslash followed by blanks ended the trainer's command early (bash
+    reads ``\\ `` as an escaped blank, then the newline ends the command)."""
+
     def explain(self, err: SpecError) -> SpecError:
-        """``err`` with the unset variables behind its field named (a bad value is often one)."""
+        """``err`` with the unset variables behind its field named (a bad value is often one),
+        or with the line that cut the command short (a missing key is often after it)."""
         names = self.unset.get(err.field.lstrip("+~-")) or ()
-        if not names:
+        if names:
+            given = " ".join(f"{n}=VALUE" for n in names)
+            hint = f" (from {', '.join('$' + n for n in names)}, not set when the script is read: --set {given})"
+        elif self.cut_at is not None:
+            hint = (f" (the trainer's command ends on line {self.cut_at}: a backslash followed by blanks does not "
+                    "continue the line, so bash passes none of the arguments after it)")
+        else:
             return err
-        given = " ".join(f"{n}=VALUE" for n in names)
-        hint = f" (from {', '.join('$' + n for n in names)}, not set when the script is read: --set {given})"
         return SpecError(err.field, err.problem + hint, err.allowed, err.source)
 
 
@@ -140,8 +149,27 @@ def read_launch_script(
     names = set(given) | shell.exported
     environment = {n: _joined(shell.variables[n]) for n in sorted(names) if n in shell.variables}
     script_only = frozenset(n for n in shell.variables if n not in names and n not in _ENVIRONMENT)
+    cut_at = _cut_short(text, found.line)
+    if cut_at is not None:
+        shell.warn(f"line {cut_at}: a backslash followed by blanks ends the trainer's command (the lines after it are not its arguments)")
     return ScriptReading(found, tuple(shell.warnings), dict(shell.unset_args), environment,
-                         frozenset(shell.exported), script_only)
+                         frozenset(shell.exported), script_only, cut_at)
+
+
+_CUT = re.compile(r"\\[ \t]+(#.*)?$")
+_ARGUMENT = re.compile(r"\s+(--?[\w.-]+|[+~]*[\w.]+=)")
+
+
+def _cut_short(text: str, start: int) -> int | None:
+    """The first line from ``start`` (the invocation's) that ends in a backslash and blanks and
+    is followed by an indented argument (``key=value``, ``--flag``): where bash cut the command."""
+    lines = text.splitlines()
+    for k in range(start - 1, len(lines) - 1):
+        if _CUT.search(lines[k]) and _ARGUMENT.match(lines[k + 1]):
+            return k + 1
+        if not lines[k].rstrip().endswith("\\"):
+            return None  # the command ended as written
+    return None
 
 
 def _joined(value: str | list[str]) -> str:

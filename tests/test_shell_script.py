@@ -185,10 +185,18 @@ def test_a_backslash_followed_by_blanks_cuts_the_command_and_says_where() -> Non
     # bash reads "\ " as an escaped blank and the newline then ends the command: the lines after
     # it are other commands (verl examples/ppo_trainer/run_deepseek7b_llm_pfppo.sh). The import
     # then said only "actor_rollout_ref.model.path: missing".
-    script = "python3 -m trainer.main \\\n    a=1 \\  # a comment\n    b=2 \\\n    c=3\n"
+    script = "python3 -m trainer.main \\\n    a.x=1 \\  # a comment\n    b.y=2 \\\n    c.z=3\n"
     reading = read_launch_script(script, _is_trainer)
-    assert reading.invocation.args == ("a=1", " ") and reading.cut_at == 2
-    assert any(w.startswith("line 2: a backslash followed by blanks ends") for w in reading.warnings)
+    assert reading.invocation.args == ("a.x=1", " ") and reading.cut_at == 2
+    assert any(w.startswith("line 2: the trainer's command ends here, but the next line reads as one of its") for w in reading.warnings)
     err = reading.explain(SpecError("model.path", "missing"))
     assert "the trainer's command ends on line 2" in str(err)
     assert read_launch_script(script.replace("\\  # a comment", "\\"), _is_trainer).cut_at is None
+
+
+def test_a_missing_line_continuation_is_named_but_not_an_assignment_after_the_command() -> None:
+    script = "python3 -m trainer.main \\\n    a.b=1\n    c.d=2 \\\n    --e 3\n"
+    reading = read_launch_script(script, _is_trainer)
+    assert reading.invocation.args == ("a.b=1",) and reading.cut_at == 2
+    fine = "if [ -n x ]; then\n    python3 -m trainer.main \\\n        a.b=1\n    STATUS=$?\nfi\n"
+    assert read_launch_script(fine, _is_trainer).cut_at is None

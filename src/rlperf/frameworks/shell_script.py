@@ -82,8 +82,9 @@ class ScriptReading:
     """Variables the script sets without exporting: the trainer does not see them."""
 
     cut_at: int | None = None
-    """The line where a backslash followed by blanks ended the trainer's command early (bash
-    reads ``\\ `` as an escaped blank, then the newline ends the command)."""
+    """The line where the trainer's command ended early: its next line reads as an argument, but
+    this one has no line continuation (or a backslash followed by blanks: bash reads ``\\ `` as
+    an escaped blank, then the newline ends the command)."""
 
     def explain(self, err: SpecError) -> SpecError:
         """``err`` with the unset variables behind its field named (a bad value is often one),
@@ -93,8 +94,8 @@ class ScriptReading:
             given = " ".join(f"{n}=VALUE" for n in names)
             hint = f" (from {', '.join('$' + n for n in names)}, not set when the script is read: --set {given})"
         elif self.cut_at is not None:
-            hint = (f" (the trainer's command ends on line {self.cut_at}: a backslash followed by blanks does not "
-                    "continue the line, so bash passes none of the arguments after it)")
+            hint = (f" (the trainer's command ends on line {self.cut_at} without a line continuation: bash passes "
+                    "none of the arguments after it)")
         else:
             return err
         return SpecError(err.field, err.problem + hint, err.allowed, err.source)
@@ -151,24 +152,26 @@ def read_launch_script(
     script_only = frozenset(n for n in shell.variables if n not in names and n not in _ENVIRONMENT)
     cut_at = _cut_short(text, found.line)
     if cut_at is not None:
-        shell.warn(f"line {cut_at}: a backslash followed by blanks ends the trainer's command (the lines after it are not its arguments)")
+        shell.warn(f"line {cut_at}: the trainer's command ends here, but the next line reads as one of its arguments "
+                   "(a missing backslash, or one followed by blanks); bash runs the command without them")
     return ScriptReading(found, tuple(shell.warnings), dict(shell.unset_args), environment,
                          frozenset(shell.exported), script_only, cut_at)
 
 
 _CUT = re.compile(r"\\[ \t]+(#.*)?$")
-_ARGUMENT = re.compile(r"\s+(--?[\w.-]+|[+~]*[\w.]+=)")
+# an indented Hydra override (a dotted key) or option: not an assignment such as STATUS=$?
+_ARGUMENT = re.compile(r"\s+(--[\w.-]+|[+~]*\w+(\.\w+)+=)")
 
 
 def _cut_short(text: str, start: int) -> int | None:
-    """The first line from ``start`` (the invocation's) that ends in a backslash and blanks and
-    is followed by an indented argument (``key=value``, ``--flag``): where bash cut the command."""
+    """The line, from ``start`` (the invocation's) on, where the command ends (no backslash at
+    its end, or a backslash and blanks) while the next line is an indented argument
+    (``key=value``, ``--flag``): where bash cut the command short of what its author meant."""
     lines = text.splitlines()
     for k in range(start - 1, len(lines) - 1):
-        if _CUT.search(lines[k]) and _ARGUMENT.match(lines[k + 1]):
-            return k + 1
-        if not lines[k].rstrip().endswith("\\"):
-            return None  # the command ended as written
+        continued = lines[k].endswith("\\") and not _CUT.search(lines[k])
+        if not continued:
+            return k + 1 if _ARGUMENT.match(lines[k + 1]) else None
     return None
 
 

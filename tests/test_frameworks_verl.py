@@ -295,3 +295,11 @@ def test_a_layout_that_does_not_divide_its_pool_names_the_degree(override: str, 
         base.append("actor_rollout_ref.actor.strategy=megatron")
     with pytest.raises(SpecError, match=rf"^{re.escape(key)}: tp·pp·cp = 3 does not divide the 8 GPUs of the actor pool"):
         import_verl(None, [*base, override])
+
+
+def test_a_version_written_with_an_underscore_finds_its_catalog_entry() -> None:
+    # A local folder "Qwen2_5-7B" was "not in the model catalog".
+    spec, rep = import_verl(None, ["actor_rollout_ref.model.path=../../models/Qwen2_5-7B", "trainer.n_gpus_per_node=8",
+                                   "data.train_batch_size=64", "actor_rollout_ref.actor.ppo_mini_batch_size=16"])
+    assert spec.model == "Qwen2.5-7B"
+    assert any("read as Qwen2.5-7B (the version written with '_')" in a for a in rep.assumptions)

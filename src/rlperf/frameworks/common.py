@@ -61,18 +61,14 @@ def catalog_model(key: str, value: Any, rec: Recorder) -> str:
     try:
         name = alias or resolve_name(text)
     except SpecError:
-        base = _strip_finetune_suffix(text)
-        try:
-            name = resolve_name(base) if base != text else ""
-        except SpecError:
-            name = ""
+        name, why = _near_name(text)
         if not name and rec.model_config is not None:
             rec.map(key, value, f"model from {rec.model_config} (--model-config)")
             rec.assume(f"{key}: {text!r} is not in the catalog; its shapes are read from {rec.model_config}")
             return rec.model_config
         if not name:
             raise SpecError(key, f"{text!r} is not in the model catalog: pass its config.json with --model-config PATH") from None
-        rec.assume(f"{key}: {text!r} read as {name} (a fine-tune keeps its base model's shapes)")
+        rec.assume(f"{key}: {text!r} read as {name} ({why})")
     rec.map(key, value, f"model {name}")
     return name
 
@@ -80,6 +76,26 @@ def catalog_model(key: str, value: Any, rec: Recorder) -> str:
 # Fine-tuned checkpoints (reward, value, SFT models) named after their base model, with what
 # follows the marker: ``Llama-3-8b-sft-mixture``, ``Llama-3-8b-rm-700k``, ``Qwen2.5-7B-RM``.
 _FINETUNE_MARKER = re.compile(r"-(rm|reward|prm|critic|value|sft)(-[\w.]+)*$", re.IGNORECASE)
+
+
+_DIGIT_UNDERSCORE = re.compile(r"(?<=\d)_(?=\d)")
+
+
+def _near_name(text: str) -> tuple[str, str]:
+    """The catalog entry of a name the catalog does not know as written, and why: a fine-tune
+    named after its base model, or a version written with ``_`` in a folder name (``Qwen2_5-7B``)."""
+    from rlperf.catalog import resolve_name
+
+    base = _strip_finetune_suffix(text)
+    for candidate, why in ((base, "a fine-tune keeps its base model's shapes"),
+                           (_DIGIT_UNDERSCORE.sub(".", text), "the version written with '_'"),
+                           (_DIGIT_UNDERSCORE.sub(".", base), "a fine-tune keeps its base model's shapes")):
+        if candidate != text:
+            try:
+                return resolve_name(candidate), why
+            except SpecError:
+                continue
+    return "", ""
 
 
 def _strip_finetune_suffix(text: str) -> str:

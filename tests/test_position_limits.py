@@ -4,6 +4,7 @@ warning where the config's rope_scaling reaches that far; verl's override_config
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,7 @@ def test_rope_scaling_turns_the_error_into_a_warning_up_to_its_reach(tmp_path: P
 def test_rope_scaling_that_does_not_extend_is_not_an_extension() -> None:
     # Llama-3.1: max_position_embeddings is already the extended length; Qwen2.5-VL: mrope sections
     assert load_model("Llama-3.1-8B").trained_positions == 131072
+    assert load_model("Llama-3.2-1B").rope_scaled_positions is None  # llama3: 131,072 is already the extended length
     assert load_model("Qwen2.5-VL-7B-Instruct").rope_scaled_positions is None
 
 
@@ -100,3 +102,19 @@ def test_openrlhf_names_its_flags(tmp_path: Path) -> None:
            "--actor_num_nodes 1 --actor_num_gpus_per_node 8 --prompt_max_len 1024 --generate_max_len 8192\n")
     with pytest.raises(SpecError, match=r"^--prompt_max_len \+ --generate_max_len: sequences of up to 9,216"):
         load_framework_config("openrlhf", cmd)
+
+
+@pytest.mark.parametrize("scaling, contains", [
+    ("yarn", "model.config.rope_scaling: must be a mapping or null, got 'yarn'"),
+    ({"type": "yarn", "factor": "4"}, "model.config.rope_scaling.factor: must be a number >= 1, got '4'"),
+    ({"type": "linear", "factor": 0.5}, "model.config.rope_scaling.factor: must be a number >= 1, got 0.5"),
+    ({"type": "yarn", "factor": 4, "original_max_position_embeddings": "x"},
+     "model.config.rope_scaling.original_max_position_embeddings: must be an integer, got 'x'"),
+])
+def test_a_malformed_rope_scaling_is_refused(tmp_path: Path, scaling: Any, contains: str) -> None:
+    # It was ignored: the position check then took the config's own limit without a word.
+    cfg = {**load_config("Qwen2.5-0.5B"), "rope_scaling": scaling}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(SpecError, match=re.escape(contains)):
+        load_model(str(path))

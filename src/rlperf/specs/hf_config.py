@@ -122,20 +122,30 @@ def _bias_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any]:
     return {}  # mistral, mixtral, phi3: no biases; gemma: see hf_variants
 
 
+# rope types that reach max_position_embeddings itself (Llama 3.1/3.2: 131,072 = the extended
+# length; Phi-3 longrope/su likewise): their factor extends nothing beyond it
+_WITHIN_MAX_POSITIONS = ("llama3", "longrope", "su")
+
+
 def _rope_scaled_positions(cfg: dict[str, Any]) -> int | None:
     """Positions a length-extending ``rope_scaling`` reaches: ``original_max_position_embeddings
     x factor`` (the config's own ``max_position_embeddings`` where the original is not given);
-    None without one (no ``rope_scaling``, ``factor`` <= 1, or mrope's sections)."""
+    None without one (no ``rope_scaling``, ``factor`` 1, or mrope's sections). A malformed one is
+    refused, as transformers' rope validation refuses it (a factor must be a number >= 1)."""
     scaling = cfg.get("rope_scaling")
+    if scaling is None:
+        return None
     if not isinstance(scaling, dict):
-        return None
+        raise SpecError(where("rope_scaling"), f"must be a mapping or null, got {scaling!r}")
     factor = scaling.get("factor")
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 1 < factor < 2**20:
-        return None
-    base = scaling.get("original_max_position_embeddings") or cfg.get("max_position_embeddings") or 32768
-    if isinstance(base, bool) or not isinstance(base, int) or base <= 0:
-        return None
-    return min(int(base * factor), 2**30)
+    if factor is None or scaling.get("rope_type", scaling.get("type")) in _WITHIN_MAX_POSITIONS:
+        return None  # mrope sections; a type whose max_position_embeddings is the extended length
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 1 <= factor <= 2**20:
+        raise SpecError(where("rope_scaling.factor"), f"must be a number >= 1, got {factor!r}", "1 to 1,048,576")
+    original = scaling.get("original_max_position_embeddings")
+    base = opt(cfg, "max_position_embeddings", 32768) if original is None else as_int(
+        "rope_scaling.original_max_position_embeddings", original, 1)
+    return None if factor == 1 else min(int(base * factor), 2**30)
 
 
 def spec_fields_from_hf(cfg: dict[str, Any], name: str | None) -> dict[str, Any]:

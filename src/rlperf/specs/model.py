@@ -128,8 +128,9 @@ class ModelSpec(Spec):
     )
     qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on q and k
     max_position_embeddings: int = Field(default=32768, gt=0, le=2**30)
-    # Positions the config's rope_scaling extends rotary positions to (yarn, linear, dynamic,
-    # llama3: ``original_max_position_embeddings x factor``); None: no length-extending scaling.
+    # Positions the config's rope_scaling extends rotary positions to (yarn, linear, dynamic:
+    # ``original_max_position_embeddings x factor``); None: no scaling past max_position_embeddings
+    # (none, mrope, or llama3/longrope, whose max_position_embeddings is the extended length).
     rope_scaled_positions: int | None = Field(default=None, gt=0, le=2**30)
     moe: MoESpec | None = None
     mla: MLASpec | None = None

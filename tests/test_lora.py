@@ -28,6 +28,31 @@ def test_adapter_count_matches_peft_all_linear() -> None:
     assert stage_adapter_params(QWEN3B, TrainLayout(), 36) == 0
 
 
+def test_adapter_path_moves_its_activations_through_hbm() -> None:
+    """Qwen2.5-3B, r = 16: per layer and token the adapted linears read 3d + q + 2d + f = 23,296
+    input elements and write q + 2 kv + d + 2f + d = 28,672 output elements (51,968 in all, the
+    adapter count's d_in + d_out). Forward: A reads x, B writes,
+    ``* scaling`` and the add pass over the output: 2 x in + (2 + 4 + 6) x out bytes per token;
+    backward: 4 x in + 4 x out (GEMMs) + 6 x in + 4 x out (the input gradient's add, the
+    scaling's backward)."""
+    cluster = make_cluster("H100", num_gpus=8)
+    shapes = MicroBatchShapes.single(np.array([1024.0, 2048.0]))
+    full = LayoutCosts(QWEN3B, cluster, TrainLayout(dp=8, recompute="none"))
+    lora = LayoutCosts(QWEN3B, cluster, TrainLayout(dp=8, recompute="none", lora_rank=16))
+    shard_f, shard_l = full.shards[0], lora.shards[0]
+    t, n = shapes.tokens, QWEN3B.num_layers
+    w_in, w_out = 23_296 * n, 28_672 * n
+    fwd_f, fwd_l = full.forward(shard_f, shapes), lora.forward(shard_l, shapes)
+    assert np.allclose(fwd_l.hbm_bytes - fwd_f.hbm_bytes, (2 * w_in + 12 * w_out) * t)
+    bwd_f, bwd_l = full.backward(shard_f, shapes, fwd_f), lora.backward(shard_l, shapes, fwd_l)
+    # the frozen base drops its weight gradients (their traffic) and the adapter path adds its own
+    frozen = lora._linear(shard_l, shapes, 1, shard_l.params * 2 + shard_l.matmul_io_per_token * t * 2)
+    base = full._linear(shard_f, shapes, 2, shard_f.params * (2 + 8) + 2 * shard_f.matmul_io_per_token * t * 2)
+    assert np.allclose((bwd_l.hbm_bytes - frozen.bytes) - (bwd_f.hbm_bytes - base.bytes), (10 * w_in + 8 * w_out) * t)
+    # rank 16 is far below the ridge point: the adapter GEMMs run at HBM speed, not the GEMM rate
+    assert np.all(fwd_l.body_s - fwd_f.body_s > (2 * w_in + 2 * w_out) * t / lora._matmul[1])
+
+
 def test_moe_and_mla_refused_by_name() -> None:
     with pytest.raises(SpecError, match="lora_rank"):
         adapter_params_per_layer(load_model("Qwen3-30B-A3B"), 8)

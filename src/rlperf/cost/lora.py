@@ -19,6 +19,11 @@ What the step costs instead of full fine-tuning (module docstring of
 - forward: ``2 x adapter_params`` FLOPs per token more;
 - backward: the frozen weights' data gradients only (one GEMM per weight instead of two) plus
   ``4 x adapter_params`` FLOPs per token for the adapters;
+- memory traffic: the adapter path runs as its own ops beside the frozen linear (DeepSpeed-Chat's
+  ``LinearLayer_LoRA.forward``: ``F.linear(x, W, b) + (x @ A @ B) * scaling``; PEFT's
+  ``result + lora_B(lora_A(dropout(x))) * scaling`` alike): the rank-``r`` GEMMs are thin (about
+  ``r`` FLOPs per byte, below a GPU's ridge point at ``r = 128``) and read or write the full
+  activations, and the scaling and the add are elementwise passes (:mod:`rlperf.stages.pass_cost`);
 - gradients, optimizer states, the gradient reduce-scatter and the optimizer step cover the
   adapters only; the frozen weights keep their ``param_dtype`` copy (gathered as before).
 
@@ -32,16 +37,25 @@ from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import TrainLayout
 
 
-def adapter_params_per_layer(model: ModelSpec, rank: int, tp: int = 1) -> float:
-    """LoRA parameters of one decoder layer on one device of a tp group (module docstring)."""
+def adapted_widths_per_layer(model: ModelSpec, tp: int = 1) -> tuple[float, float]:
+    """(sum of input widths, sum of output widths) of one decoder layer's adapted linears on one
+    device of a tp group: q, k, v and the MLP's up matrices read ``d`` and write their ``1/tp``
+    slice; o and down read their slice and write ``d`` (module docstring)."""
     if model.moe is not None or model.mla is not None:
         kind = "MoE" if model.moe is not None else "MLA"
         raise SpecError("lora_rank", f"LoRA on {model.name}'s {kind} layers is not modelled", "0 (full fine-tuning)")
-    d, f = model.hidden_size, model.intermediate_size
+    d, f, ups = model.hidden_size, model.intermediate_size, model.mlp.num_matrices - 1
     q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
-    attention = (d + q / tp) + 2 * (d + kv / tp) + (q / tp + d)
-    mlp = (model.mlp.num_matrices - 1) * (d + f / tp) + (f / tp + d)
-    return rank * (attention + mlp)
+    widths_in = 3 * d + q / tp + ups * d + f / tp
+    widths_out = q / tp + 2 * kv / tp + d + ups * f / tp + d
+    return widths_in, widths_out
+
+
+def adapter_params_per_layer(model: ModelSpec, rank: int, tp: int = 1) -> float:
+    """LoRA parameters of one decoder layer on one device of a tp group (module docstring):
+    ``A`` is ``d_in x r`` and ``B`` is ``r x d_out`` for each adapted linear."""
+    widths_in, widths_out = adapted_widths_per_layer(model, tp)
+    return rank * (widths_in + widths_out)
 
 
 def stage_adapter_params(model: ModelSpec, layout: TrainLayout, num_layers: int) -> float:

@@ -103,7 +103,7 @@ from typing import Literal
 
 import numpy as np
 
-from rlperf.cost.lora import stage_adapter_params
+from rlperf.cost.lora import adapted_widths_per_layer, stage_adapter_params
 from rlperf.cost.collectives import (
     CollectiveCost,
     CollectiveCosts,
@@ -160,6 +160,15 @@ HF_EAGER_FORWARD_BYTES = np.array([2.0, 4.0, 4.0, 6.0, 6.0, 2.0])
 # grad).masked_fill_(self < other, 0)``: compare 3, divide 4, where 7, compare 3, masked fill 5)
 # 22; the mask add passes its gradient through (no kernel); dQ, dK read dS (2 + 2).
 HF_EAGER_BACKWARD_BYTES = np.array([2.0, 2.0, 6.0, 10.0, 22.0, 2.0, 2.0])
+# The LoRA adapter path of an adapted linear (rlperf.cost.lora): HBM bytes per element of its
+# input and of its output, ((GEMMs: in, out), (elementwise: in, out)); the rank-r intermediates
+# (r per token) are left out. Forward: A reads x (2), B writes its output (2); ``* scaling`` reads
+# and writes it (4), the add reads it and the frozen linear's output and writes the sum (6).
+# Backward: the scaling's backward reads and writes the output gradient (4); B's data and weight
+# gradients each read it (2 + 2); A's data gradient writes the input gradient (2) and its weight
+# gradient reads x (2); the input gradient is added to the frozen linear's (6).
+LORA_FORWARD_BYTES = ((2.0, 2.0), (0.0, 10.0))
+LORA_BACKWARD_BYTES = ((4.0, 4.0), (6.0, 4.0))
 
 Collective = Callable[[Cluster, float, CommGroup], CollectiveCost]
 
@@ -368,6 +377,9 @@ class LayoutCosts:
         }
         # LoRA adapters per device of each stage (0 without LoRA: rlperf.cost.lora)
         self._adapters = {sh.stage: stage_adapter_params(model, layout, sh.num_layers) for sh in self.shards}
+        # and the input and output widths of the stage's adapted linears, summed (per token)
+        widths = adapted_widths_per_layer(model, layout.tp) if layout.lora_rank else (0.0, 0.0)
+        self._adapter_widths = {sh.stage: (sh.num_layers * widths[0], sh.num_layers * widths[1]) for sh in self.shards}
         self._attention_roof = ceilings(cluster, COMPUTE_DTYPE, "attention")
         self._elementwise_roof = ceilings(cluster, COMPUTE_DTYPE, "elementwise")
         self._host_per_layer_s = cluster.profile.train_layer_overhead_s(layout.backend)
@@ -393,7 +405,7 @@ class LayoutCosts:
         cl, t = self.cluster, self._tokens(mb)
         weights = shard.params * _C
         lin = self._linear(shard, mb, 1, weights + shard.matmul_io_per_token * t * _C)
-        lin = self._with_adapters(shard, lin, t, 2.0)
+        lin = self._with_adapters(shard, lin, t, backward=False)
         attn = self._attention(shard, mb, backward=False)
         elem = self._elementwise(shard, t, LOGIT_PASSES_FORWARD, 1)
         body = lin.time_s + attn.time_s + elem.time_s
@@ -415,7 +427,7 @@ class LayoutCosts:
         frozen = self._adapters[shard.stage] > 0  # LoRA: no weight gradients for the base weights
         weights = shard.params * (_C + (0 if frozen else 2 * g))  # read weights for dgrad; accumulate weight grads
         lin = self._linear(shard, mb, 1 if frozen else 2, weights + (1 if frozen else 2) * shard.matmul_io_per_token * t * _C)
-        lin = self._with_adapters(shard, lin, t, 4.0)
+        lin = self._with_adapters(shard, lin, t, backward=True)
         attn = self._attention(shard, mb, backward=True)
         elem = self._elementwise(shard, t, LOGIT_PASSES_BACKWARD, 2)
         flops = lin.flops + attn.flops + elem.flops
@@ -498,14 +510,22 @@ class LayoutCosts:
         self._gemm_memo[shard.stage] = (mb, total)
         return total
 
-    def _with_adapters(self, shard: StageShard, lin: Roof, t: np.ndarray, flops_per_param: float) -> Roof:
-        """``lin`` plus the LoRA adapters' GEMMs (``flops_per_param`` FLOPs per adapter parameter
-        and token: 2 forward, 4 backward; rlperf.cost.lora), at the large-GEMM rate."""
+    def _with_adapters(self, shard: StageShard, lin: Roof, t: np.ndarray, backward: bool) -> Roof:
+        """``lin`` plus the LoRA adapter path of every adapted linear, op by op (rlperf.cost.lora):
+        its two rank-``r`` GEMMs (2 FLOPs per adapter parameter and token forward, 4 backward) at
+        ``max(FLOPs / matmul rate, their activation bytes / HBM)``, and the scaling and the add as
+        elementwise passes (``LORA_*_BYTES`` per input and output element)."""
         adapters = self._adapters[shard.stage]
         if not adapters:
             return lin
-        flops = flops_per_param * adapters * t
-        return Roof(lin.flops + flops, lin.bytes, lin.time_s + flops / self._matmul[0])
+        flops = (4.0 if backward else 2.0) * adapters * t
+        w_in, w_out = self._adapter_widths[shard.stage]
+        (g_in, g_out), (e_in, e_out) = LORA_BACKWARD_BYTES if backward else LORA_FORWARD_BYTES
+        gemm_bytes = (g_in * w_in + g_out * w_out) * t
+        elem_bytes = (e_in * w_in + e_out * w_out) * t
+        gemm_s = np.maximum(flops / self._matmul[0], gemm_bytes / self._matmul[1])
+        return Roof(lin.flops + flops, lin.bytes + gemm_bytes + elem_bytes,
+                    lin.time_s + gemm_s + elem_bytes / self._elementwise_roof[1])
 
     def _elementwise(self, shard: StageShard, t: np.ndarray, logit_passes: int, layer_factor: int) -> Roof:
         """Memory-bound kernels: the layers' norms, residual adds, rotary and activation

@@ -499,3 +499,10 @@ def test_a_bad_plan_option_is_named_not_the_base_scenario_file(options: list[str
 def test_a_learned_positions_model_given_as_an_option_is_named() -> None:
     line = assert_one_line_error(invoke(["plan", "--model", "gpt2"], time_limit_s=60), contains="--model: sequences")
     assert "1024 learned positions of gpt2" in line
+
+
+def test_a_layout_the_model_cannot_take_names_the_scenario_file(tmp_path: Path) -> None:
+    # It was refused during the simulation without the file: "plan.layouts.actor.pp: 64 exceeds ...".
+    path = write(tmp_path / "sc.yaml", small(**{"plan.layouts.actor.pp": 64}))
+    line = simulate_refused(tmp_path, path, contains="plan.layouts.actor.pp: 64 exceeds num_layers (24)")
+    assert "sc.yaml:plan.layouts.actor.pp" in line

@@ -50,7 +50,8 @@ def simulate_cmd(
     (<name>: the scenario's name made a safe file name)."""
     from rlperf.inputs.ranges import ITERATIONS, check_option
     from rlperf.outputs import claim, dumps_strict, output_folder, safe_name, write_text
-    from rlperf.scenario import load_scenario
+    from rlperf.errors import SpecError
+    from rlperf.scenario import load_scenario, scenario_path
     from rlperf.api import simulate
     from rlperf.sim.trace import write_chrome_trace
     from rlperf.specs.response_lengths import scenario_lengths
@@ -62,7 +63,10 @@ def simulate_cmd(
     res_path = out / f"{safe_name(sc.name)}.result.json"
     trace_path = out / f"{safe_name(sc.name)}.trace.json"
     claim((res_path, trace_path), force, "--out")  # before the simulation, not after it
-    r = simulate(sc, iterations or None)
+    try:
+        r = simulate(sc, iterations or None)
+    except SpecError as err:  # a plan the model cannot take (heads, layers, experts): the file's field
+        raise (err.in_source(scenario_path(scenario)) if err.field.startswith("plan.") else err) from None
     text = dumps_strict(r.to_dict(), indent=1, sort_keys=True)
     write_text(res_path, text)
     write_chrome_trace(trace_path, r.segments, title=sc.name)

@@ -303,3 +303,17 @@ def test_a_version_written_with_an_underscore_finds_its_catalog_entry() -> None:
                                    "data.train_batch_size=64", "actor_rollout_ref.actor.ppo_mini_batch_size=16"])
     assert spec.model == "Qwen2.5-7B"
     assert any("read as Qwen2.5-7B (the version written with '_')" in a for a in rep.assumptions)
+
+
+def test_rollout_max_model_len_is_the_joint_cap_and_round_trips() -> None:
+    # It was "unsupported" (any value but null), and a model whose positions the caps exceed was
+    # refused even where max_model_len kept every sequence within them.
+    base = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-Math-7B", "trainer.n_gpus_per_node=8", "data.train_batch_size=64",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=16", "data.max_prompt_length=1024", "data.max_response_length=8192"]
+    spec, rep = import_verl(None, [*base, "actor_rollout_ref.rollout.max_model_len=4096"])
+    assert resolve_workload(spec.workload).max_total_tokens == 4096
+    assert any(n.key.endswith("rollout.max_model_len") and "max_total_tokens" in n.note for n in rep.mapped)
+    again, _ = import_verl(None, list(export_verl(spec).args))
+    assert resolve_workload(again.workload).max_total_tokens == 4096
+    with pytest.raises(SpecError, match=r"^actor_rollout_ref\.rollout\.max_model_len: 1,024 leaves no room"):
+        import_verl(None, [*base, "actor_rollout_ref.rollout.max_model_len=1024"])

@@ -34,7 +34,7 @@ from rlperf.frameworks.verl_keys import (
     ROLE_RECOMPUTE,
     VERL_GROUPS_PER_SERVER,
 )
-from rlperf.scenario import RewardSpec, Scenario, ScenarioSpec
+from rlperf.scenario import RewardSpec, Scenario, ScenarioSpec, resolve_workload
 from rlperf.specs.parallel import TrainLayout
 from rlperf.specs.plan import Plan
 
@@ -141,6 +141,9 @@ def _algorithm(spec: ScenarioSpec, out: _Out, train_batch: bool) -> None:
     out.set(f"{ROLLOUT}.n", caps.group_size)
     out.set("data.max_prompt_length", caps.prompt_cap_tokens)
     out.set("data.max_response_length", caps.response_cap_tokens)
+    total = resolve_workload(spec.workload).max_total_tokens
+    if total is not None:
+        out.add(f"{ROLLOUT}.max_model_len", total)
     _reward(spec, out)
     if name in ("PPO", "VAPO"):
         out.set("critic.model.path", spec.algorithm.critic_model or spec.model)

@@ -357,6 +357,18 @@ class _Importer:
             minibatches = prompts // mini
         caps = [self.get_int(k, n_) for k, n_ in (("data.max_prompt_length", "prompt cap"), ("data.max_response_length", "response cap"))]
         workload = generic_workload(prompts, n, caps[0], caps[1], self.mean_response_tokens, self.rec, SOURCE_KEYS)
+        key = f"{ROLLOUT}.max_model_len"
+        context = self.r.get(key, None)
+        if context is not None:  # vLLM stops a response at max_model_len - prompt (verl's default: the caps' sum)
+            total = as_int(key, context)
+            if total < caps[0] + caps[1]:
+                if total <= caps[0]:
+                    raise SpecError(key, f"{total:,} leaves no room for a response after data.max_prompt_length ({caps[0]:,})",
+                                    f"> {caps[0]:,}")
+                workload["max_total_tokens"] = total
+                self.rec.map(key, total, "workload.max_total_tokens: a response stops at max_model_len - prompt")
+            else:
+                self.rec.map(key, total, "no joint cap: prompt cap + response cap fit in it")
         return workload, minibatches
 
     # ------------------------------------------------------------------ cluster

@@ -166,7 +166,6 @@ UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
     ("actor_rollout_ref.rollout.free_cache_engine", "the KV cache is freed between phases as in verl's default", (True,)),
     ("actor_rollout_ref.rollout.load_format", "weight loading at start-up is not costed", ()),
     ("actor_rollout_ref.rollout.layered_summon", "weight-sync memory peak is not modelled", (False,)),
-    ("actor_rollout_ref.rollout.max_model_len", "the engine's context is prompt cap + response cap", (None,)),
     ("actor_rollout_ref.rollout.ignore_eos", "responses end where the workload's lengths say", (False,)),
     ("actor_rollout_ref.rollout.over_sample_rate", "rollout over-sampling is not modelled", (0,)),
     ("actor_rollout_ref.rollout.multi_stage_wake_up", "wake-up staging is not modelled", (False,)),

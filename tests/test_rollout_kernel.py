@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from rlperf.stages import rollout_runout as runout
 from rlperf.specs.parallel import EngineLayout
 from rlperf.stages.rollout import RolloutOptions, RolloutRequests, RolloutResult, simulate_rollout
+from rlperf.stages.rollout_step import StepModel
 from tests.test_rollout_runout import H100, MOE, QWEN7, assert_same, groups_of, requests_of
 
 
@@ -127,3 +128,22 @@ def test_a_stop_that_completes_the_run_in_progress_settles_alike(
 
     with patch.object(Run, "steps_within", whole):
         assert_same(simulate_rollout(QWEN7, H100, layout, req, opts, cap), python_run_out(QWEN7, H100, layout, req, opts, cap))
+
+
+# One step model kept over the examples below (as rlperf.sim.costs keeps one per engine): its
+# memoized coefficients carry over from call to call.
+_KEPT: dict[tuple[int, int, int], StepModel] = {}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(groups=groups_of(3000, 6, 40), replicas=st.integers(1, 3), tp_pp=st.sampled_from([(1, 1), (2, 2)]),
+       stop=st.one_of(st.none(), st.integers(1, 100)))
+def test_a_kept_step_model_gives_what_a_fresh_one_gives(
+    groups: list[tuple[int, list[int]]], replicas: int, tp_pp: tuple[int, int], stop: int | None,
+) -> None:
+    req, cap = requests_of(groups, 8_000)
+    layout = EngineLayout(tp=tp_pp[0], pp=tp_pp[1], replicas=replicas, max_num_seqs=32)
+    opts = RolloutOptions(stop_after_num_finished=stop)
+    kept = _KEPT.setdefault((*tp_pp, replicas), StepModel.build(QWEN7, H100, layout))
+    assert_same(simulate_rollout(QWEN7, H100, layout, req, opts, cap, step=kept),
+                simulate_rollout(QWEN7, H100, layout, req, opts, cap))

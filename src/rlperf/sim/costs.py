@@ -17,7 +17,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from pydantic import BaseModel
@@ -27,10 +27,14 @@ from rlperf.scenario import Scenario
 from rlperf.sim.interface import GroupAdmission, RolloutBatch, RolloutOutcome
 from rlperf.sim.kernel import Segment
 from rlperf.specs.hardware import ROLLOUT_ONLY_FIELDS, SYNC_ONLY_FIELDS, Cluster
+from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout, check_train_layout
 from rlperf.stages.base import StageCost
 from rlperf.stages.rollout_requests import Dispatch
 from rlperf.stages.rollout_result import RolloutResult
+
+if TYPE_CHECKING:
+    from rlperf.stages.rollout_step import StepModel
 
 
 class AnalyticCosts:
@@ -47,6 +51,8 @@ class AnalyticCosts:
             check_train_layout(sc.models[role], self.plan.layout_for(role), prefix=f"plan.layouts.{role}")
         check_engine_layout(sc.models["actor"], self.plan.rollout, prefix="plan.rollout")
         self._engine_cache: dict[int, tuple[EngineLayout, int]] = {}
+        # The actor, the rollout pool's cluster and engine as JSON (rollout cache keys), per pool size.
+        self._engine_keys: dict[int, tuple[str, str, str]] = {}
 
     # ------------------------------------------------------------------ resources
     def cluster(self, gpus: int) -> Cluster:
@@ -112,8 +118,11 @@ class AnalyticCosts:
                 in_flight = groups.in_flight(engine.replicas)
             if groups.stop_after_groups is not None and groups.stop_after_groups < num_groups:
                 stop_groups = groups.stop_after_groups
-        key = _rollout_key(model.model_dump_json(), _cluster_key(cluster, SYNC_ONLY_FIELDS), engine.model_dump_json(),
-                          batch, token_budget, stop, in_flight, stop_groups, dispatch, kv_cached)
+        keys = self._engine_keys.get(gpus)
+        if keys is None:
+            keys = self._engine_keys[gpus] = (model.model_dump_json(), _cluster_key(cluster, SYNC_ONLY_FIELDS),
+                                              engine.model_dump_json())
+        key = _rollout_key(*keys, batch, token_budget, stop, in_flight, stop_groups, dispatch, kv_cached)
         r = _ROLLOUTS.get(key)
         if r is None:
             reqs = RolloutRequests.build(batch.prompt_tokens, batch.target_tokens, batch.group_ids, batch.generated_tokens,
@@ -121,7 +130,7 @@ class AnalyticCosts:
             opts = RolloutOptions(token_budget_per_request=token_budget, stop_after_num_finished=stop,
                                   max_groups_in_flight=in_flight, stop_after_num_groups=stop_groups,
                                   dispatch=dispatch)
-            r = simulate_rollout(model, cluster, engine, reqs, opts)
+            r = simulate_rollout(model, cluster, engine, reqs, opts, step=_step_model(keys, model, cluster, engine))
             _remember(key, r)
         else:
             _ROLLOUTS.move_to_end(key)
@@ -214,6 +223,27 @@ class AnalyticCosts:
 _RolloutKey = tuple[str, str, str, bytes, int | None, int | None, int | None, int | None, str]
 _ROLLOUTS: OrderedDict[_RolloutKey, RolloutResult] = OrderedDict()
 _ROLLOUTS_MAX = 32
+
+
+# Rollout step models by what they are built from (the actor, the cluster less its sync-only
+# figures and the engine, as in a rollout's key): every rollout call of one engine shares its
+# step model, whose memoized per-run coefficients (communication, sampler, flat parts) then
+# carry over from call to call; a StepModel's figures never change once built.
+_STEPS: OrderedDict[tuple[str, str, str], StepModel] = OrderedDict()
+_STEPS_MAX = 64
+
+
+def _step_model(keys: tuple[str, str, str], model: ModelSpec, cluster: Cluster, engine: EngineLayout) -> StepModel:
+    from rlperf.stages.rollout_step import StepModel
+
+    got = _STEPS.get(keys)
+    if got is None:
+        got = _STEPS[keys] = StepModel.build(model, cluster, engine, engine.cuda_graphs)
+        if len(_STEPS) > _STEPS_MAX:
+            _STEPS.popitem(last=False)
+    else:
+        _STEPS.move_to_end(keys)
+    return got
 
 
 # Forward and training stage costs by everything they read: plans that differ only in their

@@ -28,7 +28,7 @@ from rlperf.errors import SpecError
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout, check_engine_layout
-from rlperf.stages.rollout_engine import Book, BookArrays, Replica, ReplicaStats
+from rlperf.stages.rollout_engine import Book, BookArrays, Queues, Replica, ReplicaStats
 from rlperf.stages.rollout_groups import GroupGate
 from rlperf.stages.rollout_requests import RolloutOptions, RolloutRequests
 from rlperf.stages.rollout_runout import compiled, run_out, run_out_until
@@ -69,9 +69,12 @@ def simulate_rollout(
     requests: RolloutRequests,
     options: RolloutOptions | None = None,
     kv_capacity: int | None = None,
+    step: StepModel | None = None,
 ) -> RolloutResult:
     """Simulate one rollout call. ``kv_capacity`` (tokens per replica) overrides the memory
-    model's figure."""
+    model's figure. ``step``: the replica's step model (:meth:`StepModel.build` of ``model``,
+    ``cluster``, ``layout`` and the options' CUDA graphs), when the caller keeps one for many
+    calls of one engine (its memoized per-run coefficients carry over); built here otherwise."""
     opts = options or RolloutOptions()
     _check_inputs(model, cluster, layout)
     target = _targets(requests, opts)
@@ -82,7 +85,8 @@ def simulate_rollout(
         else kv_capacity_tokens(model, cluster, layout, longest)
     )
     _check_fits(requests, target, cap)
-    step = StepModel.build(model, cluster, layout, opts.cuda_graphs and layout.cuda_graphs)
+    if step is None:
+        step = StepModel.build(model, cluster, layout, opts.cuda_graphs and layout.cuda_graphs)
     if layout.batching == "static":
         _check_static(opts)
         reps = [StaticReplica(r) for r in range(layout.replicas)]
@@ -305,6 +309,7 @@ def _drive(
     # Requests whose KV is still cached (they arrive at 0 s, first in the batch) go on decoding.
     cached_arr = requests.kv_cached if requests.kv_cached.any() else None
     cached: list[bool] | None = None  # cached_arr as a list, made when the event loop resumes requests
+    queues: Queues | None = None  # the first arrivals' queues, when they go straight to the compiled run-out
     run_out_compiled = not opts.event_by_event and not debug and compiled()
 
     def replan(r: Replica) -> None:
@@ -348,8 +353,16 @@ def _drive(
             end = bisect_right(arrival_sorted, t_arr, ptr)  # the requests arriving now
             if slots is not None and end - ptr > 16:  # many at once (every request at t = 0)
                 ids = order_arr[ptr:end]
-                touched = _enqueue(replicas, ids, slots[ids])
-                replica_of[ids] = slots[ids]
+                to = slots[ids]
+                replica_of[ids] = to
+                if as_built is not None and end == n and gate is None and run_out_compiled:
+                    # Every request at once on replicas that have queued nothing: their queues
+                    # go to the compiled run-out as one array (_enqueue's order), not deques.
+                    queues = Queues(ids[np.argsort(to, kind="stable")], np.bincount(to, minlength=len(replicas)))
+                    counts = queues.counts.tolist()
+                    touched = [r for r in replicas if counts[r.index]]
+                else:
+                    touched = _enqueue(replicas, ids, to)
                 ptr = end
             else:
                 touched = _submit(order_arr[ptr:end].tolist(), choose, arrived, went_to, [])
@@ -369,9 +382,9 @@ def _drive(
                     r.t = max(r.t, t_arr)
                 fresh = frozenset(r.index for r in touched)
                 if t_stop == math.inf and want is None:
-                    run_out(replicas, debug, fresh, cached_arr, as_built)
+                    run_out(replicas, debug, fresh, cached_arr, as_built, queues)
                 else:
-                    t_stop = run_out_until(replicas, t_stop, want, debug, fresh, cached_arr, as_built)
+                    t_stop = run_out_until(replicas, t_stop, want, debug, fresh, cached_arr, as_built, queues)
                 break
             for r in touched:
                 if r.plan is None:

@@ -133,6 +133,16 @@ class BookArrays:
     group: np.ndarray
 
 
+@dataclass(frozen=True)
+class Queues:
+    """Waiting queues as arrays, for replicas whose own queues are empty (a call's first
+    arrivals, queued straight into the compiled run-out): the requests, replica after replica
+    in index order, each queue in order; and how many each replica holds (by index)."""
+
+    requests: np.ndarray
+    counts: np.ndarray
+
+
 @dataclass
 class ReplicaStats:
     """What one replica did (accumulated over its runs of steps)."""

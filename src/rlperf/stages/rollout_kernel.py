@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rlperf.stages.jit import COMPILED, jit
-from rlperf.stages.rollout_engine import DECODING, DONE, PREFILL, WAITING, Book, BookArrays, Replica, RunArrays
+from rlperf.stages.rollout_engine import DECODING, DONE, PREFILL, WAITING, Book, BookArrays, Queues, Replica, RunArrays
 
 if TYPE_CHECKING:
     from rlperf.stages.rollout_step import StepModel
@@ -68,7 +68,7 @@ class CallPlanner:
     """One call's replicas and book as the compiled loop's arrays, planned by :meth:`run`."""
 
     def __init__(self, replicas: list[Replica], fresh: frozenset[int], cached: np.ndarray | Sequence[bool] | None = None,
-                 initial: BookArrays | None = None) -> None:
+                 initial: BookArrays | None = None, queues: Queues | None = None) -> None:
         self.replicas = replicas
         bk: Book = replicas[0].book
         step: StepModel = replicas[0].step
@@ -96,8 +96,15 @@ class CallPlanner:
             return values, np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
 
         gmap = dict(zip(bk.group, self.group.tolist())) if any(r.group_resident for r in replicas) else {}
+        if queues is None:
+            waiting = flat([r.waiting for r in replicas], [len(r.waiting) for r in replicas])
+        else:  # the replicas' own queues are empty
+            assert not any(r.waiting for r in replicas)
+            held = queues.counts[[r.index for r in replicas]]
+            assert held.sum() == len(queues.requests)
+            waiting = np.ascontiguousarray(queues.requests, np.int64), np.concatenate(([0], np.cumsum(held)))
         self.containers = (
-            *flat([r.waiting for r in replicas], [len(r.waiting) for r in replicas]),
+            *waiting,
             *flat([r.wave for r in replicas], [len(r.wave) for r in replicas]),
             *flat([r.stack for r in replicas], [len(r.stack) for r in replicas]),
             *flat([chain.from_iterable(r.heap) for r in replicas], [3 * len(r.heap) for r in replicas]),

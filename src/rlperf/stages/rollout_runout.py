@@ -38,7 +38,7 @@ from rlperf.stages.rollout_engine import DECODING, DONE, Replica, RunArrays, Run
 from rlperf.stages.rollout_step import Runs, StepModel
 
 if TYPE_CHECKING:
-    from rlperf.stages.rollout_engine import BookArrays
+    from rlperf.stages.rollout_engine import BookArrays, Queues
     from rlperf.stages.rollout_kernel import CallPlanner, Planned
 
 
@@ -66,22 +66,23 @@ def compiled() -> bool:
 
 
 def run_out(replicas: list[Replica], debug: bool = False, fresh: frozenset[int] = frozenset(),
-            cached: np.ndarray | None = None, initial: BookArrays | None = None) -> None:
+            cached: np.ndarray | None = None, initial: BookArrays | None = None, queues: Queues | None = None) -> None:
     """Run every replica with a planned run until idle (``debug``: check the invariants at
     every event). The replicas whose index is in ``fresh`` (only with :func:`compiled`) have
     requests just queued and no plan yet: they apply their events first, as
     :meth:`Replica.events` would, after resuming the requests at the head of their queues
     whose KV is ``cached`` (``initial``: the book's arrays when nothing has run yet;
-    rlperf.stages.rollout_kernel.plan_to_idle)."""
+    ``queues``: the queues as arrays when the replicas' own are empty;
+    rlperf.stages.rollout_kernel.CallPlanner)."""
     active = [r for r in replicas if r.plan is not None or r.index in fresh]
     if not active:
         return
     if not debug and compiled():
         from rlperf.stages.rollout_kernel import CallPlanner
 
-        _settle_idle(active, CallPlanner(active, fresh, cached, initial))
+        _settle_idle(active, CallPlanner(active, fresh, cached, initial, queues))
         return
-    assert not fresh and cached is None
+    assert not fresh and cached is None and queues is None
     for r in active:
         r.log = RunLog()
     todo, may_drain, drained = active, True, []
@@ -112,7 +113,7 @@ STOP_BATCH_RUNS = 1024
 
 def run_out_until(replicas: list[Replica], t_stop: float, want: int | None, debug: bool = False,
                   fresh: frozenset[int] = frozenset(), cached: np.ndarray | None = None,
-                  initial: BookArrays | None = None) -> float:
+                  initial: BookArrays | None = None, queues: Queues | None = None) -> float:
     """Run the replicas (every request arrived) up to a stop: ``t_stop``, or the time the
     ``want``-th request has finished its whole response, whichever comes first; return it (or
     ``t_stop`` if the replicas go idle first). The replicas are left as the event-by-event
@@ -125,12 +126,12 @@ def run_out_until(replicas: list[Replica], t_stop: float, want: int | None, debu
     there. It lies after the start of every replica's last batch (the batch started at the
     earliest end of its round, and fewer than ``want`` requests had finished by then), so
     the replicas that went past it are set back to their last batch's start and plan again
-    the runs that end by it. With :func:`compiled` (``fresh``, ``cached`` and ``initial`` as in
-    :func:`run_out`),
+    the runs that end by it. With :func:`compiled` (``fresh``, ``cached``, ``initial`` and
+    ``queues`` as in :func:`run_out`),
     :func:`_run_out_until_compiled` gives the same result."""
     if not debug and compiled():
-        return _run_out_until_compiled(replicas, t_stop, want, fresh, cached, initial)
-    assert not fresh and cached is None
+        return _run_out_until_compiled(replicas, t_stop, want, fresh, cached, initial, queues)
+    assert not fresh and cached is None and queues is None
     book = replicas[0].book
     need = None if want is None or book.num_finished >= want else want - book.num_finished
     full_s: list[float] = []  # finish times of the requests planned to finish whole
@@ -431,7 +432,8 @@ def _check_same_runs(a: RunArrays, b: RunArrays) -> None:
 
 
 def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | None, fresh: frozenset[int],
-                            cached: np.ndarray | None = None, initial: BookArrays | None = None) -> float:
+                            cached: np.ndarray | None = None, initial: BookArrays | None = None,
+                            queues: Queues | None = None) -> float:
     """:func:`run_out_until` with the compiled loop: every replica planned on copies (a dry
     run of up to :data:`DRY_RUNS` runs each, four times more until every event up to the stop
     is planned) and timed, which gives the stop; then each planned again from its state up to
@@ -446,7 +448,7 @@ def _run_out_until_compiled(replicas: list[Replica], t_stop: float, want: int | 
     active = [r for r in replicas if r.busy or r.index in fresh]
     if not active:
         return t_stop
-    planner = CallPlanner(active, fresh, cached, initial)
+    planner = CallPlanner(active, fresh, cached, initial, queues)
     response = planner.cols[1]
     limit = DRY_RUNS
     while True:  # dry runs of up to ``limit`` runs per replica until the stop is known

@@ -206,6 +206,9 @@ from rlperf.specs.parallel import EngineLayout
 SAMPLER_PASSES = 4
 _LOGIT_BYTES = 4  # fp32 logits
 
+# Memoized flat parts of runs per step model (StepModel.run), at most.
+_FLAT_CACHE_MAX = 1 << 16
+
 # A coefficient of one run (a Python number) or of many runs at once (a numpy array, one entry
 # per run): the engine times all runs of a replica in one pass once nothing outside the replica
 # can change them (rlperf.stages.rollout_runout). Both go through the same expressions.
@@ -468,6 +471,8 @@ class StepModel:
         key = (num_decode, chunk_tokens, prefill_s_per_token, num_prefill_seqs)
         flat = self._flat_cache.get(key)
         if flat is None:
+            if len(self._flat_cache) >= _FLAT_CACHE_MAX:  # a step model kept over many calls: bounded
+                self._flat_cache.clear()
             flat = self._flat_cache[key] = self._flat(num_decode, chunk_tokens, prefill_s_per_token, num_prefill_seqs)
         c0, c1, m0, m1, floor, fixed = flat.lines(num_decode, context_tokens, chunk_tokens)
         return Run(float(c0), float(c1), float(m0), float(m1), float(floor), float(fixed))

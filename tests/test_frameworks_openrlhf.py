@@ -209,3 +209,16 @@ def test_a_command_held_in_a_heredoc_is_read() -> None:
     assert spec.model == "Qwen2.5-7B"
     with pytest.raises(SpecError, match=r"^script: runs openrlhf.cli.serve, not"):  # a heredoc is no argument
         load_framework_config("openrlhf", "python3 -m openrlhf.cli.serve <<EOF\n--pretrain x\nEOF\necho done\n", [])
+
+
+def test_the_deprecated_max_len_beside_both_caps_is_the_joint_cap_and_round_trips() -> None:
+    # OpenRLHF <= 0.8: max_len = args.max_len or prompt_max_len + generate_max_len is vLLM's
+    # max_model_len; beside both caps it was ignored.
+    base = ("--pretrain Qwen/Qwen2.5-7B --remote_rm_url http://rm --actor_num_nodes 1 --actor_num_gpus_per_node 8 "
+            "--prompt_max_len 1024 --generate_max_len 1024 ")
+    spec, _ = import_openrlhf(base + "--max_len 1500")
+    assert resolve_workload(spec.workload).max_total_tokens == 1500
+    again, _ = import_openrlhf(list(export_openrlhf(spec).args))
+    assert resolve_workload(again.workload).max_total_tokens == 1500
+    with pytest.raises(SpecError, match=r"^--max_len: 1,000 leaves no room for a response after --prompt_max_len"):
+        import_openrlhf(base + "--max_len 1000")

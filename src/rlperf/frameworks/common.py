@@ -195,8 +195,7 @@ def workload_notes(spec: ScenarioSpec, framework: str) -> list[str]:
     generic = generic_workload(
         caps.prompts_per_step, caps.group_size, caps.prompt_cap_tokens, caps.response_cap_tokens, None, scratch
     )
-    said = {**dict(spec.workload), "max_total_tokens": None} if framework == "verl" else dict(spec.workload)
-    if said == generic:  # verl says the joint cap apart (rollout.max_model_len)
+    if {**dict(spec.workload), "max_total_tokens": None} == generic:  # the joint cap is said apart (max_model_len)
         return []
     mean = resolve_workload(spec.workload).response_length.mean_tokens()
     return [

@@ -14,7 +14,7 @@ import math
 from rlperf.frameworks.common import resolved_pools, roles_in_use, run_algorithm, workload_caps, workload_notes
 from rlperf.frameworks.report import ExportResult, fmt_value
 from rlperf.modes import mode_of
-from rlperf.scenario import RewardSpec, Scenario, ScenarioSpec
+from rlperf.scenario import RewardSpec, Scenario, ScenarioSpec, resolve_workload
 from rlperf.specs.parallel import EngineLayout, TrainLayout
 from rlperf.specs.plan import Pool
 
@@ -98,6 +98,9 @@ def _algorithm(spec: ScenarioSpec, out: _Out) -> None:
     out.set("max_epochs", spec.algorithm.epochs or algo.default_epochs)
     out.set("prompt_max_len", caps.prompt_cap_tokens)
     out.set("generate_max_len", caps.response_cap_tokens)
+    total = resolve_workload(spec.workload).max_total_tokens
+    if total is not None:  # vLLM's max_model_len (OpenRLHF's --max_len beside the two caps)
+        out.set("max_len", total)
 
 
 # ---------------------------------------------------------------------- placement

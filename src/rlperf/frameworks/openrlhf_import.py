@@ -306,7 +306,18 @@ class _Importer:
         if (prompts * group) % train != 0:
             raise SpecError("--train_batch_size", f"{train} does not divide rollout_batch_size x n_samples_per_prompt ({prompts * group})")
         caps = self._caps()
-        return generic_workload(prompts, group, caps[0], caps[1], self.mean, self.rec, SOURCE_KEYS), prompts * group // train
+        workload = generic_workload(prompts, group, caps[0], caps[1], self.mean, self.rec, SOURCE_KEYS)
+        if "max_len" in self.values and "prompt_max_len" in self.values:
+            # the deprecated --max_len beside both caps: vLLM's max_model_len, a joint cap
+            total = as_int("--max_len", self.raw("max_len"))
+            if total <= caps[0]:
+                raise SpecError("--max_len", f"{total:,} leaves no room for a response after --prompt_max_len ({caps[0]:,})",
+                                f"> {caps[0]:,}")
+            if total < caps[0] + caps[1]:
+                workload["max_total_tokens"] = total
+            self.rec.map("--max_len", total, "workload.max_total_tokens (vLLM's max_model_len)" if total < caps[0] + caps[1]
+                         else "no joint cap: prompt cap + response cap fit in it")
+        return workload, prompts * group // train
 
     def _caps(self) -> tuple[int, int]:
         """Prompt and response caps. Without ``--prompt_max_len``, a ``--max_len`` (the dotted

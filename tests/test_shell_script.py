@@ -200,3 +200,19 @@ def test_a_missing_line_continuation_is_named_but_not_an_assignment_after_the_co
     assert reading.invocation.args == ("a.b=1",) and reading.cut_at == 2
     fine = "if [ -n x ]; then\n    python3 -m trainer.main \\\n        a.b=1\n    STATUS=$?\nfi\n"
     assert read_launch_script(fine, _is_trainer).cut_at is None
+
+
+CONTINUED = "A=ab\\\ncd\npython3 -m trainer.main --config-name='x.yaml'\\\n    k=\"v\"\\\n  tail=${A}\\\n1\n"
+
+
+def test_a_line_continuation_inside_a_word_joins_it() -> None:
+    # It left a newline in the word: --config-name='ppo_megatron_trainer.yaml'\<newline> gave the
+    # config name "ppo_megatron_trainer.yaml\n" (125 distinct verl scripts).
+    assert args_of(CONTINUED) == ("--config-name=x.yaml", "k=v", "tail=abcd1")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash to compare with")
+def test_a_line_continuation_inside_a_word_matches_bash() -> None:
+    printer = CONTINUED.replace("python3 -m trainer.main", "printf '%s\\n'")
+    out = subprocess.run(["bash", "-c", printer], capture_output=True, text=True, timeout=10, check=True)
+    assert tuple(out.stdout.splitlines()) == args_of(CONTINUED)

@@ -374,7 +374,8 @@ def _expand(raw: str, shell: _Shell) -> list[str]:
     while i < n:
         c = raw[i]
         if c == "\\" and i + 1 < n:
-            add(raw[i + 1])
+            if raw[i + 1] != "\n":  # a line continuation inside a word joins it (nothing is added)
+                add(raw[i + 1])
             i += 2
         elif c == "'":
             end = raw.find("'", i + 1)
@@ -794,7 +795,8 @@ def _requote(raw: str) -> str:
             out.append(raw[i + 1 : end - 1])
             i = end
         elif c == "\\" and i + 1 < n:
-            out.append(raw[i : i + 2] if raw[i + 1] in '$`"\\' else raw[i + 1])
+            if raw[i + 1] != "\n":  # a line continuation joins the value
+                out.append(raw[i : i + 2] if raw[i + 1] in '$`"\\' else raw[i + 1])
             i += 2
         elif raw.startswith("$(", i) or raw.startswith("${", i):  # kept whole: quotes inside are its own
             end = _matching(raw, i + 1, raw[i + 1], ")" if raw[i + 1] == "(" else "}")

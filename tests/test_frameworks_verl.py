@@ -317,3 +317,51 @@ def test_rollout_max_model_len_is_the_joint_cap_and_round_trips() -> None:
     assert resolve_workload(again.workload).max_total_tokens == 4096
     with pytest.raises(SpecError, match=r"^actor_rollout_ref\.rollout\.max_model_len: 1,024 leaves no room"):
         import_verl(None, [*base, "actor_rollout_ref.rollout.max_model_len=1024"])
+
+
+def _repo(tmp_path: Path, config_rel: str, script_rel: str, command: str) -> Path:
+    config = tmp_path / config_rel
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("actor_rollout_ref:\n  rollout:\n    n: 6\n")
+    script = tmp_path / script_rel
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(command + " actor_rollout_ref.model.path=Qwen/Qwen2.5-7B trainer.n_gpus_per_node=8 "
+                      "data.train_batch_size=64 actor_rollout_ref.actor.ppo_mini_batch_size=16\n")
+    return script
+
+
+@pytest.mark.parametrize("config_rel, script_rel, command", [
+    # a path the script computes: looked up by its tail above the script (verl examples/sglang_multiturn)
+    ("examples/mt/config/mt_grpo.yaml", "examples/mt/run.sh",
+     'python3 -m verl.trainer.main_ppo --config-path="$(pwd)/examples/mt/config" --config-name=mt_grpo'),
+    # a relative path is Hydra's: beside the entry module (verl recipe/fully_async_policy/shell/*.sh)
+    ("recipe/fa/config/fa_trainer.yaml", "recipe/fa/shell/run.sh",
+     "python3 -m recipe.fa.main_ppo --config-path=config --config-name=fa_trainer"),
+    # no --config-path: the entry point's @hydra.main(config_path="config")
+    ("recipe/fa/config/fa_trainer.yaml", "recipe/fa/run.sh", "python3 -m recipe.fa.main_ppo --config-name=fa_trainer"),
+])
+def test_a_named_config_is_found_where_hydra_finds_it(tmp_path: Path, config_rel: str, script_rel: str, command: str) -> None:
+    # Each was not found and its settings were dropped without a word (rollout.n 1, not 6).
+    spec, rep = load_framework_config("verl", _repo(tmp_path, config_rel, script_rel, command))
+    assert resolve_workload(spec.workload).group_size == 6
+    assert not any("--config-name" in w for w in rep.warnings)
+
+
+def test_a_named_config_that_is_not_found_is_warned_about(tmp_path: Path) -> None:
+    script = _repo(tmp_path, "elsewhere/x.yaml", "run.sh", "python3 -m verl.trainer.main_ppo --config-path=cfg --config-name=mine")
+    spec, rep = load_framework_config("verl", script)
+    assert resolve_workload(spec.workload).group_size == 1
+    assert any(w.startswith("--config-name mine: no mine.yaml in cfg; its settings are not read") for w in rep.warnings)
+    # verl's own configs are read by their name: no warning
+    script = _repo(tmp_path, "elsewhere/x.yaml", "run.sh", "python3 -m verl.trainer.main_ppo --config-name=ppo_megatron_trainer")
+    assert not load_framework_config("verl", script)[1].warnings
+
+
+def test_python_none_written_in_a_megatron_setting_is_null() -> None:
+    # verl 0.4's ppo_megatron_trainer.yaml sets the reference's expert_tensor_parallel_size: None
+    # (a string in YAML); it was refused as "expected an integer, got 'None'".
+    spec, _ = import_verl({"actor_rollout_ref": {"actor": {"strategy": "megatron"}, "ref": {"strategy": "megatron",
+                           "megatron": {"expert_tensor_parallel_size": "None"}}}},
+                          ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=8",
+                           "data.train_batch_size=64", "actor_rollout_ref.actor.ppo_mini_batch_size=16"])
+    assert spec.plan.layout_for("ref").etp is None

@@ -501,6 +501,8 @@ class _Importer:
                 default = self.r.flat.get(f"{ACTOR}.megatron.{field}", default)
             key = f"{base}.megatron.{field}"
             vals[field] = self.r.get(key, default)
+            if isinstance(vals[field], str) and vals[field].strip() in ("None", "none"):
+                vals[field] = None  # Python's None written in a YAML file (verl 0.4's own ref etp): a string there
             if self.r.has(key):
                 self.rec.map(key, vals[field], f"{role} {field}")
         offload = self._role_offload(role, f"{base}.megatron", ("param_offload", "grad_offload", "optimizer_offload"))

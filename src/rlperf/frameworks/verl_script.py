@@ -27,7 +27,7 @@ from typing import Any
 from rlperf.frameworks.config_tree import Environment
 from rlperf.frameworks.report import ImportReport
 from rlperf.errors import SpecError
-from rlperf.frameworks.shell_script import read_launch_script
+from rlperf.frameworks.shell_script import NOT_RUN, read_launch_script
 from rlperf.scenario import ScenarioSpec
 
 # Entry points of verl's trainers (module names; a path to the .py file is accepted too).
@@ -68,6 +68,15 @@ class VerlInvocation:
     config_name: str
     config_file: Path | None
     overrides: tuple[str, ...]
+    config_path: str = ""
+
+    def config_warnings(self) -> tuple[str, ...]:
+        """A config the command names that was not found: its settings are not read."""
+        if self.config_file is not None or self.config_name in VERL_CONFIGS:
+            return ()
+        where = f" in {self.config_path}" if self.config_path else " next to the script"
+        return (f"--config-name {self.config_name}: no {self.config_name}.yaml{where}; its settings are not read "
+                "(verl's defaults and the overrides stand in; --config-name is read for its trainer only)",)
 
     def recipe(self) -> str:
         """``fully_async``, ``one_step_off`` or ``main``: which trainer the command runs."""
@@ -113,11 +122,35 @@ def parse_invocation(entry: str, args: Sequence[str], script_dir: Path | None) -
             overrides.append(arg)
         i += 1
     name = name.removesuffix(".yaml")
-    file = None
-    if name and script_dir is not None:
-        candidate = (script_dir / (path or ".") / f"{name}.yaml")
-        file = candidate if candidate.is_file() else None
-    return VerlInvocation(entry, name or "ppo_trainer", file, tuple(overrides))
+    file = _config_file(script_dir, path, name, entry) if name and script_dir is not None else None
+    return VerlInvocation(entry, name or "ppo_trainer", file, tuple(overrides), path)
+
+
+# verl's own trainer configs (shipped in its package and recipes): read by their name (module
+# docstring) when the file is not beside the script
+VERL_CONFIGS = tuple(f"{recipe}{kind}" for recipe in ("", "one_step_off_", "fully_async_", "dapo_")
+                     for kind in ("ppo_trainer", "ppo_megatron_trainer")) + ("dapo_trainer", "dapo_megatron_trainer")
+
+
+def _config_file(script_dir: Path, path: str, name: str, entry: str) -> Path | None:
+    """``<path>/<name>.yaml``: relative to the script's folder, or (Hydra's rule for a relative
+    ``--config-path``) to the entry module's folder, looked up in the folders above the script
+    (the repository it runs from); a path the script computes (``$(pwd)/examples/x/config``) by
+    what follows the computed part. verl's own configs are read by their name, not composed."""
+    candidate = script_dir / (path or ".") / f"{name}.yaml"
+    if candidate.is_file() or name in VERL_CONFIGS:
+        return candidate if candidate.is_file() else None
+    module = entry.removesuffix(".py").replace(".", "/").rsplit("/", 1)[0] if "." in entry.removesuffix(".py") else ""
+    # verl's entry points declare @hydra.main(config_path="config"): the default beside the module
+    relative = path or "config"
+    tails = [path.rsplit(NOT_RUN, 1)[1].strip("/")] if NOT_RUN in path else (
+        [f"{module}/{relative}"] if module and not relative.startswith(("/", "~")) else [])
+    for tail in tails:
+        for folder in (script_dir, *script_dir.resolve().parents):
+            found = folder / tail / f"{name}.yaml"
+            if found.is_file():
+                return found
+    return None
 
 
 def import_verl_script(
@@ -158,4 +191,4 @@ def import_verl_script(
         )
     except SpecError as err:
         raise reading.explain(err) from None
-    return spec, replace(report, warnings=reading.warnings)
+    return spec, replace(report, warnings=reading.warnings + inv.config_warnings())

@@ -73,7 +73,7 @@ class CallPlanner:
         bk: Book = replicas[0].book
         step: StepModel = replicas[0].step
         self.book = bk
-        n_req = len(bk.prompt)
+        n_req = bk.num_requests
         self.cached = np.zeros(n_req, np.bool_) if cached is None else np.ascontiguousarray(cached, np.bool_)
         if initial is None:
             self.cols = np.array([bk.prompt, bk.response, bk.target, bk.generated, bk.status, bk.join_step,

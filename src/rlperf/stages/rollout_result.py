@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
+from typing import Generic, Literal, TypeVar, cast
 
 import numpy as np
 
@@ -28,22 +28,54 @@ class TimelineSegment:
     kind: SegmentKind
 
 
+T = TypeVar("T")
+
+
+class _Column(Generic[T]):
+    """A list column of :class:`SegmentLog` (its slot ``_name``), brought up to date with the
+    runs appended as arrays when read."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, log: SegmentLog, owner: type) -> list[T]:
+        if log._pending:
+            log._flush()
+        return cast("list[T]", getattr(log, self.slot))
+
+
 class SegmentLog:
     """One replica's timeline segments as columns, appended run by run (the event-by-event
-    path) or many runs at once (the run-out); made :class:`TimelineSegment` objects only when
-    a trace reads them. One object per engine run cost a quarter of a planner's rollout
-    simulation (README plan: 1.0 of 3.9 CPU-s), and a planner reads none of them."""
+    path) or many runs at once as arrays (the run-out); made lists when read as lists, and
+    :class:`TimelineSegment` objects only when a trace reads them. One object per engine run
+    cost a quarter of a planner's rollout simulation (README plan: 1.0 of 3.9 CPU-s), and a
+    planner reads none of them but the critical replica's occupancy (:meth:`arrays`)."""
 
-    __slots__ = ("batch_size", "end_s", "prefill", "start_s")
+    __slots__ = ("_batch_size", "_end_s", "_pending", "_prefill", "_start_s")
 
     def __init__(self) -> None:
-        self.start_s: list[float] = []
-        self.end_s: list[float] = []
-        self.batch_size: list[int] = []
-        self.prefill: list[bool] = []
+        self._start_s: list[float] = []
+        self._end_s: list[float] = []
+        self._batch_size: list[int] = []
+        self._prefill: list[bool] = []
+        # Runs appended as arrays and not yet read as lists: (start, end, batch size, prefill).
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def _flush(self) -> None:
+        for start, end, size, prefill in self._pending:
+            self._start_s.extend(start.tolist())
+            self._end_s.extend(end.tolist())
+            self._batch_size.extend(size.tolist())
+            self._prefill.extend(prefill.tolist())
+        self._pending.clear()
+
+    start_s: _Column[float] = _Column()
+    end_s: _Column[float] = _Column()
+    batch_size: _Column[int] = _Column()
+    prefill: _Column[bool] = _Column()
 
     def __len__(self) -> int:
-        return len(self.start_s)
+        return len(self._start_s) + sum(len(p[0]) for p in self._pending)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, SegmentLog) and all(
@@ -52,16 +84,23 @@ class SegmentLog:
     __hash__ = None  # type: ignore[assignment]  # mutable while the replica runs
 
     def append(self, start_s: float, end_s: float, batch_size: int, prefill: bool) -> None:
-        self.start_s.append(start_s)
-        self.end_s.append(end_s)
-        self.batch_size.append(batch_size)
-        self.prefill.append(prefill)
+        if self._pending:
+            self._flush()
+        self._start_s.append(start_s)
+        self._end_s.append(end_s)
+        self._batch_size.append(batch_size)
+        self._prefill.append(prefill)
 
-    def extend(self, start_s: list[float], end_s: list[float], batch_size: list[int], prefill: list[bool]) -> None:
-        self.start_s.extend(start_s)
-        self.end_s.extend(end_s)
-        self.batch_size.extend(batch_size)
-        self.prefill.extend(prefill)
+    def extend_arrays(self, start_s: np.ndarray, end_s: np.ndarray, batch_size: np.ndarray, prefill: np.ndarray) -> None:
+        """Append runs given as arrays (float64, float64, int64, bool; not written to after)."""
+        self._pending.append((start_s, end_s, batch_size, prefill))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(start_s, end_s, batch_size) as arrays (the values of the lists)."""
+        if not self._start_s and len(self._pending) == 1:
+            start, end, size, _ = self._pending[0]
+            return start, end, size
+        return np.array(self.start_s, np.float64), np.array(self.end_s, np.float64), np.array(self.batch_size, np.int64)
 
     def objects(self, replica: int) -> list[TimelineSegment]:
         kinds: list[SegmentKind] = ["prefill" if p else "decode" for p in self.prefill]
@@ -157,9 +196,7 @@ def low_occupancy_s(segments: SegmentLog, end_s: float, slots: float) -> float:
     gaps between segments count as empty."""
     if not len(segments):
         return 0.0
-    start = np.array(segments.start_s)
-    stop = np.array(segments.end_s)
-    occ = np.array(segments.batch_size)
+    start, stop, occ = segments.arrays()
     covered = float(np.sum(stop - start))
     gaps = max(0.0, (end_s - float(start.min())) - covered)
     return float(np.sum((stop - start)[occ < slots])) + gaps

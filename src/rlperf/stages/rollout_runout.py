@@ -396,33 +396,37 @@ def _time(replicas: list[Replica], runs: RunArrays, apply: bool = True, timed: _
     row, col = rep, np.arange(len(n)) - np.repeat(bounds[:-1], counts) + 1  # run k of its replica: column k + 1
     rows = np.arange(len(replicas))
 
-    def running(start: list[float], values: np.ndarray) -> np.ndarray:
-        """Per replica (row), ``start`` then the running sums of its runs' ``values`` left
-        to right (a cumulative sum adds in order, as the event-by-event path does; the
-        zeros after a replica's last run leave its total as it is)."""
-        m = np.zeros((len(replicas), int(counts.max(initial=0)) + 1))
-        m[:, 0] = start
-        m[row, col] = values
-        return np.cumsum(m, axis=1)
+    def running(starts: list[list[float]], values: list[np.ndarray]) -> np.ndarray:
+        """For each quantity q and replica (row), ``starts[q]`` then the running sums of its
+        runs' ``values[q]`` left to right (a cumulative sum adds in order, as the
+        event-by-event path does; the zeros after a replica's last run leave its total as it
+        is); every quantity in one pass."""
+        m = np.zeros((len(values), len(replicas), int(counts.max(initial=0)) + 1))
+        m[:, :, 0] = starts
+        m[:, row, col] = values
+        return np.cumsum(m, axis=2)
 
-    clock = running([r.t for r in replicas], dt)
-    end_s: np.ndarray = clock[row, col]
     if not apply:
-        return end_s
+        end_only: np.ndarray = running([[r.t for r in replicas]], [dt])[0, row, col]
+        return end_only
     flops, num_bytes = run_totals(step, b, ctx, n, chunk, b + -(-chunk // n), b + n_wave, wave_flops)
     roofline = dt - n * plan.fixed
-    occupied, prefill = (b + n_wave).tolist(), (n_wave > 0).tolist()
+    occupied, prefill = b + n_wave, n_wave > 0
     sts = [r.stats for r in replicas]
-    totals = {k: running([getattr(st, k) for st in sts], np.asarray(v))[rows, counts].tolist()
-              for k, v in (("flops", flops), ("bytes_per_gpu", num_bytes), ("roofline_s", roofline), ("busy_s", dt))}
-    start_list, end_list, ends_at = clock[row, col - 1].tolist(), end_s.tolist(), clock[rows, counts].tolist()
+    names = ("flops", "bytes_per_gpu", "roofline_s", "busy_s")
+    sums = running([[r.t for r in replicas], *([getattr(st, k) for st in sts] for k in names)],
+                   [dt, np.asarray(flops), np.asarray(num_bytes), np.asarray(roofline), dt])
+    clock = sums[0]
+    end_s: np.ndarray = clock[row, col]
+    totals = dict(zip(names, sums[1:, rows, counts].tolist()))
+    starts, ends_at = clock[row, col - 1], clock[rows, counts].tolist()
     for k, (r, lo, hi) in enumerate(zip(replicas, bounds[:-1].tolist(), bounds[1:].tolist())):
         if lo == hi:  # no run: nothing committed
             continue
         st = sts[k]
         st.flops, st.bytes_per_gpu = totals["flops"][k], totals["bytes_per_gpu"][k]
         st.roofline_s, st.busy_s = totals["roofline_s"][k], totals["busy_s"][k]
-        st.segments.extend(start_list[lo:hi], end_list[lo:hi], occupied[lo:hi], prefill[lo:hi])
+        st.segments.extend_arrays(starts[lo:hi], end_s[lo:hi], occupied[lo:hi], prefill[lo:hi])
         r.t = st.last_end_s = ends_at[k]
     return end_s
 

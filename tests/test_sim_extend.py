@@ -96,13 +96,13 @@ def test_a_continued_simulation_equals_the_longer_one_from_the_start(mode: Execu
                                                                      iterations: int, seed: int) -> None:
     cfg = _cfg(mode, placement, iterations, seed)
     extended: list[int] = []
-    real_extend = Simulator.extend
+    real_go_on = Simulator.go_on
 
-    def counting(self: Simulator, longer: SimConfig) -> SimResult:
+    def counting(self: Simulator, longer: SimConfig) -> None:
         extended.append(longer.iterations)
-        return real_extend(self, longer)
+        real_go_on(self, longer)
 
-    with patch.object(Simulator, "extend", counting):
+    with patch.object(Simulator, "go_on", counting):
         got = simulate(cfg, ToyCosts())
     assert asdict(got) == asdict(_from_the_start(cfg))
     if got.iterations > iterations and Simulator(cfg, ToyCosts()).may_settle_later:
@@ -115,13 +115,13 @@ def test_streaming_runs_are_continued() -> None:
     cfg = _cfg(ExecutionMode(kind="streaming", staleness_threshold=1.0), Placement(kind="disaggregated", rollout_gpus=2),
                3, 0)
     runs: list[int] = []
-    real_run = Simulator.run
+    real_start = Simulator.start
 
-    def counting(self: Simulator, longest: int | None = None) -> SimResult:
+    def counting(self: Simulator, longest: int | None = None) -> None:
         runs.append(self.cfg.iterations)
-        return real_run(self, longest)
+        real_start(self, longest)
 
-    with patch.object(Simulator, "run", counting):
+    with patch.object(Simulator, "start", counting):
         got = simulate(cfg, ToyCosts())
     assert runs == [3] and got.iterations > 3
     assert asdict(got) == asdict(_from_the_start(cfg))

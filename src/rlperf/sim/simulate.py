@@ -41,7 +41,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from itertools import chain
 import numpy as np
 
 from rlperf.algorithms.spec import AlgorithmSpec, StageDef
@@ -110,14 +109,16 @@ class _Iter:
     finished: int = 0  # responses of this iteration finished by the rollout calls so far
     round_seq_tokens: np.ndarray | None = None  # every response finished by the latest rollout call
     generated_tokens: float = 0.0
-    staleness: list[int] = field(default_factory=list)
-    lagged_tokens: list[int] = field(default_factory=list)  # response tokens of every finished response
+    # Per finished response, one array per rollout call (numpy, not lists of ints: the settle
+    # test and the result read them all, every iteration of every simulation):
+    staleness: list[np.ndarray] = field(default_factory=list)  # its policy lag
+    lagged_tokens: list[np.ndarray] = field(default_factory=list)  # its response tokens
     tail_s: float = 0.0
     stage_costs: dict[str, list[StageCost]] = field(default_factory=dict)
 
     def copy(self) -> _Iter:
         """A copy that the tasks of this iteration can go on changing apart (arrays are
-        replaced, never written in place; the lists are appended to)."""
+        replaced or appended, never written in place; the lists are appended to)."""
         return replace(self, staleness=list(self.staleness), lagged_tokens=list(self.lagged_tokens),
                        stage_costs={n: list(cs) for n, cs in self.stage_costs.items()})
 
@@ -250,10 +251,12 @@ class Simulator:
     def _staleness_args(self, it: int, stage: str) -> tuple[tuple[str, float], ...]:
         """Trace arguments of the update that trains iteration ``it``'s responses: the policy
         lag of those responses (mean, max), so a trace shows what each update trained on."""
-        lags = self.iters[it].staleness
-        if stage != "actor_update" or not lags:
+        if stage != "actor_update":
             return ()
-        return (("staleness_mean", float(np.mean(lags))), ("staleness_max", float(max(lags))))
+        lags = _joined(self.iters[it].staleness)
+        if not len(lags):
+            return ()
+        return (("staleness_mean", float(np.mean(lags))), ("staleness_max", float(lags.max())))
 
     # ------------------------------------------------------------------ rollout
     def _new_requests(self, it: int, rnd: int) -> tuple[np.ndarray, np.ndarray]:
@@ -400,8 +403,8 @@ class Simulator:
         state.kept_finish_order = None
         # Completion order of the kept responses: fusion waves take them in this order.
         state.kept_order = np.argsort(fin_t, kind="stable") if len(fin_t) == len(seq) else np.arange(len(seq))
-        state.staleness.extend((it - np.asarray(ver, np.int64)).tolist())
-        state.lagged_tokens.extend(np.asarray(resp, np.int64).tolist())
+        state.staleness.append(it - np.asarray(ver, np.int64))
+        state.lagged_tokens.append(np.array(resp, np.int64))
 
     def _milestones(self, it: int, rnd: int, out: RolloutOutcome) -> tuple[tuple[float, str], ...]:
         if self.fusion is None or rnd != self.rounds - 1:
@@ -602,12 +605,17 @@ class Simulator:
         """Simulate and summarize. ``longest``: the most measured iterations :meth:`extend` may
         ask for later; the iterations past this run's are built too but held (not started,
         rlperf.sim.kernel.Kernel.hold), so that the run can be continued instead of repeated."""
+        self.start(longest)
+        return self._result()
+
+    def start(self, longest: int | None = None) -> None:
+        """:meth:`run` without its summary (a run that may be continued summarizes once, at
+        its end)."""
         if longest is not None:
             self.built = max(self.built, longest + self.drain)
         self.build()
         self._hold()
         self.kernel.run()
-        return self._result()
 
     def _hold(self) -> None:
         more = self.built > self.num_iterations
@@ -625,6 +633,11 @@ class Simulator:
         runs are the same (rlperf.sim.kernel.Kernel.hold). This run kept its state (the
         kernel's, every iteration's data and the rollout engine's) at the beginning of that
         pass; it goes back there and goes on with the added iterations released."""
+        self.go_on(cfg)
+        return self._result()
+
+    def go_on(self, cfg: SimConfig) -> None:
+        """:meth:`extend` without its summary."""
         assert self.can_extend(cfg)
         cp = self.kernel.checkpoint
         assert cp is not None and isinstance(cp.saved, _Saved)
@@ -634,6 +647,9 @@ class Simulator:
         self.kernel.restore(cp)
         self._hold()
         self.kernel.run()
+
+    def summary(self) -> SimResult:
+        """The result of the iterations run so far (:meth:`start`, :meth:`go_on`)."""
         return self._result()
 
     def _save(self) -> _Saved:
@@ -685,7 +701,7 @@ class Simulator:
         kept_tokens = [float(k.sum()) for k in kept if k is not None]
         tokens_per_step = float(np.mean(kept_tokens)) if kept_tokens else 0.0
         gen_tokens = float(np.mean([self.iters[it].generated_tokens for it in steady]))
-        staleness = tuple(s for it in steady for s in self.iters[it].staleness)
+        staleness = tuple(_joined([a for it in steady for a in self.iters[it].staleness]).tolist())
         price = cfg.price_usd_per_gpu_hour
         cost = None if price is None else step_time * cfg.num_gpus * price / 3600.0
         bounds = self._bounds(step_time, steady, stage_pool)
@@ -828,8 +844,8 @@ class Simulator:
         warm-up is exact)."""
         if self.mode.staleness_bound(self.cap) is not None or not self.mode.carries_unfinished:
             return 0
-        lags = np.fromiter(chain.from_iterable(it.staleness for it in self.iters), np.int64)
-        tokens = np.fromiter(chain.from_iterable(it.lagged_tokens for it in self.iters), np.int64)
+        lags = _joined([a for it in self.iters for a in it.staleness])
+        tokens = _joined([a for it in self.iters for a in it.lagged_tokens])
         last = self.num_iterations - 1
         longest = int(max(lags.max(initial=0), (last - self.engine.carry_version).max(initial=0)))
         # A response of the cap may not have finished in a short run: extrapolate its lag from
@@ -845,6 +861,11 @@ class Simulator:
         order they were built."""
         n = self.num_iterations
         return [(self.task_stage[t], p) for t, p in self.task_pool.items() if self.task_iteration[t] < n]
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The int64 arrays ``parts`` end to end (empty for none)."""
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def _union_length(spans: list[tuple[float, float]]) -> float:
@@ -883,7 +904,7 @@ def simulate(cfg: SimConfig, costs: StageCosts) -> SimResult:
         return sim.run()
     # A re-run measures as many iterations as this one (or fewer), after a warm-up <= the cap.
     longest = MAX_SETTLE_ITERATIONS + cfg.iterations - sim.warmup
-    result = sim.run(longest)
+    sim.start(longest)
     for _ in range(2):
         # A longer need is simulated up to the cap (not skipped: skipping made a need of 25
         # get no warm-up at all while a need of 24 got 24), and the result's notes say so.
@@ -893,8 +914,8 @@ def simulate(cfg: SimConfig, costs: StageCosts) -> SimResult:
         measured = cfg.iterations - sim.warmup
         cfg = replace(cfg, iterations=need + measured, warmup=need)
         if sim.can_extend(cfg):
-            result = sim.extend(cfg)
+            sim.go_on(cfg)
         else:  # nothing held ever became ready (not seen): simulate it from the start
             sim = Simulator(cfg, costs)
-            result = sim.run(longest)
-    return result
+            sim.start(longest)
+    return sim.summary()

@@ -216,3 +216,19 @@ def test_a_line_continuation_inside_a_word_matches_bash() -> None:
     printer = CONTINUED.replace("python3 -m trainer.main", "printf '%s\\n'")
     out = subprocess.run(["bash", "-c", printer], capture_output=True, text=True, timeout=10, check=True)
     assert tuple(out.stdout.splitlines()) == args_of(CONTINUED)
+
+
+def test_sourced_files_and_eval_are_read(tmp_path: Path) -> None:
+    # Both were skipped: "source ./env.sh" left its variables unset, and the trainer launched by
+    # eval "python3 -m ... $ARGS" was "no trainer invocation found".
+    (tmp_path / "env.sh").write_text("MODEL=Qwen/Qwen2.5-3B\nexport N=4\n")
+    script = "source ./env.sh\nARGS=\"m=$MODEL n=$N\"\neval \"python3 -m trainer.main $ARGS\"\n"
+    reading = read_launch_script(script, _is_trainer, base=tmp_path)
+    assert reading.invocation.args == ("m=Qwen/Qwen2.5-3B", "n=4") and reading.environment["N"] == "4"
+    missing = read_launch_script(". ./nope.sh\npython3 -m trainer.main a=1\n", _is_trainer, base=tmp_path)
+    assert any(w.startswith("'source ./nope.sh' on line 1 not read") for w in missing.warnings)
+    computed = read_launch_script('D=$(cd "$(dirname "$0")" && pwd)\nsource "$D/env.sh"\npython3 -m trainer.main m=$MODEL\n',
+                                  _is_trainer, base=tmp_path)
+    assert computed.invocation.args == ("m=Qwen/Qwen2.5-3B",)
+    absolute = read_launch_script(f"source {tmp_path / 'env.sh'}\npython3 -m trainer.main a=1\n", _is_trainer, base=tmp_path)
+    assert any("not read (not a file beside the script)" in w for w in absolute.warnings)

@@ -111,7 +111,9 @@ def load_framework_config(
         from rlperf.inputs import read_text
 
         args: str | Sequence[str] = path_or_args if not isinstance(path_or_args, Path) else read_text(path_or_args, "config")
+        base = path_or_args.parent if isinstance(path_or_args, Path) else None  # where `source FILE` looks
         if isinstance(args, str) and _is_file(args):
+            base = Path(args).parent
             args = read_text(args, "config")
         warnings: tuple[str, ...] = ()
         reading: ScriptReading | None = None
@@ -120,7 +122,7 @@ def load_framework_config(
             from rlperf.frameworks.shell_script import read_launch_script
 
             try:
-                reading = read_launch_script(args, is_openrlhf_entry, env)
+                reading = read_launch_script(args, is_openrlhf_entry, env, base)
             except SpecError as err:
                 if not _bare_command_line(args):
                     raise _other_trainer(args, env) or err from None

@@ -21,7 +21,9 @@ bash's semantics that decides that command line, without running bash (bash manu
    its branch (any other test takes the ``then`` branch, with a warning); loop and ``case``
    bodies are skipped with a warning, unless no command outside them launches the trainer: then
    a loop's first pass is read (``for NAME in a b``: NAME=a), with a warning; ``bash -c "..."``
-   reads its string as a script.
+   and ``eval "..."`` read their string as a script; ``source FILE`` / ``. FILE`` runs a FILE
+   beside the script (others are warned about); a here-document's lines are no commands, and
+   ``read [-d ''] NAME <<EOF`` sets NAME to it.
 4. The invocation: the first command with ``-m <module>`` (or ``--module``) or a ``*.py`` path
    that an ``is_entry`` predicate accepts; its arguments are the words after it.
 """
@@ -33,6 +35,7 @@ import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rlperf.errors import SpecError
 
@@ -128,6 +131,7 @@ class _Shell:
     derived: dict[str, tuple[str, ...]] = field(default_factory=dict)  # variable -> unset ones it came from
     unset_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
     exported: set[str] = field(default_factory=set)  # names the script exports
+    base: Path | None = None  # the script's folder: where a sourced file is looked up
 
     def warn(self, text: str) -> None:
         if text not in self.warnings:
@@ -135,15 +139,16 @@ class _Shell:
 
 
 def read_launch_script(
-    text: str, is_entry: Callable[[str], bool], env: Mapping[str, str] | None = None
+    text: str, is_entry: Callable[[str], bool], env: Mapping[str, str] | None = None, base: Path | None = None
 ) -> ScriptReading:
-    """The trainer invocation of a bash script (see the module docstring).
+    """The trainer invocation of a bash script (see the module docstring); ``base`` is the
+    script's folder (``source FILE`` reads FILE from there).
 
     Raises:
         SpecError: no command of the script runs an entry point that ``is_entry`` accepts.
     """
     given = dict(env or {})
-    shell = _Shell({**_ENVIRONMENT, **given})
+    shell = _Shell({**_ENVIRONMENT, **given}, base=base)
     found = _run(text, shell, is_entry, 0)
     if found is None:
         raise SpecError("script", "no trainer invocation found (python -m <trainer> ..., ray job submit -- ..., deepspeed --module ...)")
@@ -675,6 +680,8 @@ def _command(words: list[_Word], shell: _Shell, is_entry: Callable[[str], bool],
     if words[i].raw == "read":
         _read(words[i + 1 :], shell)
         return None
+    if words[i].raw in ("source", ".") and len(words) > i + 1:
+        return _source(words[i + 1], shell, is_entry, depth)
     found = _invocation(words, i, shell, is_entry, depth)
     if found is not None:  # VAR=x before the command: in the trainer's environment
         shell.exported.update(m.group(1) for w in words[:i] if (m := _ASSIGN.match(w.raw)) is not None)
@@ -714,7 +721,31 @@ def _invocation(words: list[_Word], i: int, shell: _Shell, is_entry: Callable[[s
             inner = _run(tokens[k + 1], shell, is_entry, depth + 1)
             if inner is not None:
                 return inner
+    if tokens[:1] == ["eval"] and depth < 4:  # eval reads its words, joined, as a command line
+        return _run(" ".join(tokens[1:]), shell, is_entry, depth + 1)
     return None
+
+
+def _source(word: _Word, shell: _Shell, is_entry: Callable[[str], bool], depth: int) -> Invocation | None:
+    """``source FILE`` / ``. FILE``: FILE's commands run here (its variables are set; it may launch
+    the trainer). A relative FILE is read from the script's folder; one not found is a warning."""
+    from rlperf.inputs import read_text
+
+    names = _expand(word.raw, shell)
+    # only a file beside the script (a relative path): not the launch machine's environment
+    # scripts; "$SCRIPT_DIR/env.sh" with SCRIPT_DIR=$(cd "$(dirname "$0")" && pwd) is read by
+    # what follows the computed part
+    name = names[0].rsplit(NOT_RUN, 1)[1].lstrip("/") if names and NOT_RUN in names[0] else names[0] if names else ""
+    relative = name if name and not name.startswith(("/", "~")) else None
+    target = shell.base / relative if relative is not None and shell.base is not None else None
+    try:
+        exists = target is not None and target.is_file()
+    except OSError:
+        exists = False
+    if target is None or not exists or depth >= 4:
+        shell.warn(f"'source {word.raw}' on line {word.line} not read (not a file beside the script): its variables are not set")
+        return None
+    return _run(read_text(target, "script"), shell, is_entry, depth + 1)
 
 
 def _expand_arg(raw: str, shell: _Shell, before: list[str]) -> list[str]:

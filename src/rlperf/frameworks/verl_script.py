@@ -169,10 +169,10 @@ def import_verl_script(
     p = Path(path)
     text = read_text(p, "script")
     try:
-        reading = read_launch_script(text, is_verl_entry, env)
+        reading = read_launch_script(text, is_verl_entry, env, p.parent)
     except SpecError as err:
         try:
-            other = read_launch_script(text, _runs_verl, env).invocation.entry
+            other = read_launch_script(text, _runs_verl, env, p.parent).invocation.entry
         except SpecError:
             raise err from None
         raise SpecError("script", f"runs {other}, not one of verl's RL trainers",

@@ -222,3 +222,13 @@ def test_the_deprecated_max_len_beside_both_caps_is_the_joint_cap_and_round_trip
     assert resolve_workload(again.workload).max_total_tokens == 1500
     with pytest.raises(SpecError, match=r"^--max_len: 1,000 leaves no room for a response after --prompt_max_len"):
         import_openrlhf(base + "--max_len 1000")
+
+
+def test_a_unique_flag_prefix_is_the_flag_as_argparse_reads_it() -> None:
+    # train_ppo_ray's argparse accepts --n_samples for --n_samples_per_prompt; it was an unknown
+    # flag and the group size fell back to 1.
+    base = "--pretrain Qwen/Qwen2.5-7B --remote_rm_url http://rm --actor_num_nodes 1 --actor_num_gpus_per_node 8 "
+    spec, rep = import_openrlhf(base + "--n_samples 4")
+    assert resolve_workload(spec.workload).group_size == 4 and not rep.unknown
+    _, rep = import_openrlhf(base + "--micro 2")  # ambiguous (micro_train_batch_size, micro_rollout_...)
+    assert [n.key for n in rep.unknown] == ["--micro"]

@@ -99,6 +99,17 @@ def split_args(args: str | Sequence[str]) -> list[str]:
     return tokens[first:]
 
 
+def _abbreviated(name: str) -> str | None:
+    """The flag ``name`` abbreviates (train_ppo_ray's argparse accepts a unique prefix, e.g.
+    ``--n_samples`` for ``--n_samples_per_prompt``), when it is no flag itself and exactly one
+    flag rlperf knows starts with it."""
+    known = (*READ, *IGNORED, *UNSUPPORTED, *NARGS, *DOTTED)
+    if len(name) < 4 or name in known:
+        return None
+    matches = {k for k in known if k.startswith(name)}
+    return matches.pop() if len(matches) == 1 else None
+
+
 def parse_args(tokens: Sequence[str], spelled: dict[str, str] | None = None) -> dict[str, Any]:
     """``{name: value}`` from ``--name value`` / ``--name=value`` / ``--flag``; later ones win.
 
@@ -113,6 +124,11 @@ def parse_args(tokens: Sequence[str], spelled: dict[str, str] | None = None) -> 
         if not tok.startswith("--"):
             raise SpecError("openrlhf", f"stray value {tok!r} (expected --flag)")
         name, eq, value = tok[2:].partition("=")
+        full = _abbreviated(name)
+        if full is not None:  # argparse's allow_abbrev: a unique prefix names the flag
+            if spelled is not None:
+                spelled[f"--{full}"] = f"--{name}"
+            name = full
         if name in DOTTED:
             if spelled is not None:
                 spelled[f"--{DOTTED[name]}"] = f"--{name}"

@@ -232,3 +232,20 @@ def test_a_unique_flag_prefix_is_the_flag_as_argparse_reads_it() -> None:
     assert resolve_workload(spec.workload).group_size == 4 and not rep.unknown
     _, rep = import_openrlhf(base + "--micro 2")  # ambiguous (micro_train_batch_size, micro_rollout_...)
     assert [n.key for n in rep.unknown] == ["--micro"]
+
+
+@pytest.mark.parametrize("flag", ["--train.micro_batch_size 0", "--rollout.max_new_tokens 0"])
+def test_an_error_in_a_dotted_command_line_names_the_flag_as_written(flag: str) -> None:
+    # It named the older flag the importer stores it under (--micro_train_batch_size), which the
+    # command line does not have.
+    base = ("--actor.model_name_or_path Qwen/Qwen2.5-7B --reward.remote_url http://rm --actor.num_nodes 1 "
+            "--actor.num_gpus_per_node 8 ")
+    with pytest.raises(SpecError, match=rf"^{flag.split()[0]}: 0 is out of range"):
+        import_openrlhf(base + flag)
+
+
+def test_an_unset_variable_behind_a_dotted_flag_is_named() -> None:
+    script = ("python3 -m openrlhf.cli.train_ppo_ray --actor.model_name_or_path Qwen/Qwen2.5-7B --reward.remote_url "
+              "http://rm --actor.num_nodes 1 --actor.num_gpus_per_node 8 --train.micro_batch_size $MICRO\n")
+    with pytest.raises(SpecError, match=r"^--train\.micro_batch_size: .*--set MICRO=VALUE"):
+        load_framework_config("openrlhf", script)

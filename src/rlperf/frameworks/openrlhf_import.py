@@ -161,7 +161,11 @@ def import_openrlhf(
     values = parse_args(split_args(args) + list(extra), spelled)
     rec = Recorder("OpenRLHF", f"{len(values)} arguments", model_config)
     defaults = {**READ, **DOTTED_DEFAULTS} if spelled else READ
-    spec, report = _Importer(values, rec, gpu, mean_response_tokens, defaults).run()
+    try:
+        spec, report = _Importer(values, rec, gpu, mean_response_tokens, defaults).run()
+    except SpecError as err:  # under the flag as the command line spelled it (--train.micro_batch_size)
+        field = " + ".join(spelled.get(part, part) for part in err.field.split(" + "))
+        raise SpecError(field, err.problem, err.allowed, err.source) from None
     return spec, respell(report, spelled)
 
 
@@ -233,7 +237,8 @@ class _Importer:
             self.rec.map("--wandb_run_name", run_name, "scenario name")
         parts = {"cluster": cluster, "workload": workload, "algorithm": algorithm, "plan": plan}
         spec = build_spec("OpenRLHF", None if run_name is None else str(run_name), model, parts, SOURCE_KEYS)
-        check_positions(spec, "--prompt_max_len + --generate_max_len", "the max_position_embeddings of a --model-config")
+        caps = "--max_len" if self._whole_context() else "--prompt_max_len + --generate_max_len"
+        check_positions(spec, caps, "the max_position_embeddings of a --model-config")
         return spec, self.rec.freeze(*self._rest())
 
     def _rest(self) -> tuple[list[KeyNote], list[KeyNote]]:
@@ -335,11 +340,15 @@ class _Importer:
                          else "no joint cap: prompt cap + response cap fit in it")
         return workload, prompts * group // train
 
+    def _whole_context(self) -> bool:
+        """Whether ``--max_len`` is the whole context (no ``--prompt_max_len`` beside it)."""
+        return self.defaults["max_len"] is not None or ("max_len" in self.values and "prompt_max_len" not in self.values)
+
     def _caps(self) -> tuple[int, int]:
         """Prompt and response caps. Without ``--prompt_max_len``, a ``--max_len`` (the dotted
         ``--data.max_len``) is the whole context: the prompt cap is what the response cap
         (``--generate_max_len`` / ``--rollout.max_new_tokens``) leaves of it."""
-        if self.defaults["max_len"] is not None or ("max_len" in self.values and "prompt_max_len" not in self.values):
+        if self._whole_context():
             total = as_int("--max_len", self.raw("max_len"))
             if "generate_max_len" in self.values:
                 response = self.int_("generate_max_len", "response cap")

@@ -430,3 +430,22 @@ def test_another_implementations_layer_sets_the_eager_op_count() -> None:
     step = StepModel.build(llama, H100, hf, cuda_graphs=False)
     assert step.floor_s == pytest.approx(45 * 32 * H100.profile.eager_op_launch_s)
     assert step.floor_s == pytest.approx(4.5 * StepModel.build(llama, H100, EngineLayout(tp=1), cuda_graphs=False).floor_s)
+
+
+# One step model kept over the examples (as rlperf.sim.costs keeps one per engine): its tables
+# of the array forms are made and grown from call to call.
+_TABLED = StepModel.build(QWEN7, H100, EngineLayout(tp=2, pp=2, replicas=1))
+
+
+@settings(max_examples=60, deadline=None)
+@given(tokens=st.lists(st.integers(0, 400), min_size=1, max_size=120), seqs=st.lists(st.integers(0, 2), min_size=1))
+def test_the_array_forms_equal_the_scalar_ones_bit_for_bit(tokens: list[int], seqs: list[int]) -> None:
+    """comm_s and sampler_s of many runs at once (read from the step model's tables once they
+    pay) equal the one-run forms, exactly."""
+    n_tok = np.array(tokens, np.int64)
+    mb = np.clip(np.resize(np.array(seqs, np.int64), n_tok.shape), 1, _TABLED.pp)
+    comm = _TABLED.comm_s(n_tok, mb)
+    sampler = _TABLED.sampler_s(n_tok)
+    assert isinstance(comm, np.ndarray) and isinstance(sampler, np.ndarray)
+    assert comm.tolist() == [_TABLED.comm_s(t, m) for t, m in zip(tokens, mb.tolist())]
+    assert sampler.tolist() == [_TABLED.sampler_s(t) for t in tokens]

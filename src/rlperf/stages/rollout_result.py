@@ -84,8 +84,10 @@ class SegmentLog:
     __hash__ = None  # type: ignore[assignment]  # mutable while the replica runs
 
     def append(self, start_s: float, end_s: float, batch_size: int, prefill: bool) -> None:
-        if self._pending:
-            self._flush()
+        if self._pending:  # after runs kept as arrays (a stop's run in progress): one more such run
+            self._pending.append((np.array([start_s]), np.array([end_s]), np.array([batch_size], np.int64),
+                                  np.array([prefill])))
+            return
         self._start_s.append(start_s)
         self._end_s.append(end_s)
         self._batch_size.append(batch_size)
@@ -99,6 +101,9 @@ class SegmentLog:
         """(start_s, end_s, batch_size) as arrays (the values of the lists)."""
         if not self._start_s and len(self._pending) == 1:
             start, end, size, _ = self._pending[0]
+            return start, end, size
+        if not self._start_s:
+            start, end, size, _ = (np.concatenate(c) for c in zip(*self._pending))
             return start, end, size
         return np.array(self.start_s, np.float64), np.array(self.end_s, np.float64), np.array(self.batch_size, np.int64)
 

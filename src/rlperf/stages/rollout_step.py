@@ -189,6 +189,7 @@ each sequence (engines compute logits only for sampled positions); attention FLO
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import overload
 
@@ -262,6 +263,9 @@ class StepModel:
         default_factory=dict, compare=False, repr=False
     )
     _gather_cache: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
+    # the array forms of comm_s (per micro-batch count) and sampler_s, tabled by token or
+    # sequence count from 0 (_tabled)
+    _tables: dict[tuple[str, int], np.ndarray] = field(default_factory=dict, compare=False, repr=False)
     _flat_cache: dict[tuple[int, float, float, int], _Flat] = field(default_factory=dict, compare=False, repr=False)
     _cluster: Cluster | None = field(default=None, compare=False, repr=False)
     _act_bytes: float = field(default=2.0, compare=False, repr=False)
@@ -366,12 +370,33 @@ class StepModel:
         """Sampling over the vocabulary for ``num_seqs`` sequences: the logits' HBM passes plus
         the all-gather of the vocab-parallel logits over the tp group."""
         if isinstance(num_seqs, np.ndarray):  # many runs: every all-gather costed in one pass
-            seqs = num_seqs.astype(np.float64)
-            gather = self._gathers_each(seqs * self.vocab_size * _LOGIT_BYTES)
-            return np.where(num_seqs <= 0, 0.0, seqs * self.sampler_s_per_seq + gather)
+            return self._tabled("sampler", 0, num_seqs, self._samplers_each)
         if num_seqs <= 0:
             return 0.0
         return num_seqs * self.sampler_s_per_seq + self.logits_gather_s(num_seqs)
+
+    def _samplers_each(self, num_seqs: np.ndarray, _: int) -> np.ndarray:
+        seqs = num_seqs.astype(np.float64)
+        gather = self._gathers_each(seqs * self.vocab_size * _LOGIT_BYTES)
+        return np.where(num_seqs <= 0, 0.0, seqs * self.sampler_s_per_seq + gather)
+
+    def _tabled(self, name: str, mb: int, counts: np.ndarray, each: Callable[[np.ndarray, int], np.ndarray]) -> np.ndarray:
+        """``each(counts, mb)`` read from a table of ``each(0, 1, 2, ..., mb)`` kept on the step
+        model (every entry is the same elementwise expression, so the values are equal); the
+        table is made, or doubled, when asked for many runs at once, else the counts are
+        costed directly (a few runs would not pay for it)."""
+        key = (name, mb)
+        table = self._tables.get(key)
+        if counts.size and counts.min() < 0:
+            return each(counts, mb)
+        top = int(counts.max(initial=0))
+        if table is None or top >= len(table):
+            size = max(top + 1, 2 * len(table) if table is not None else 0)
+            if 4 * counts.size < size:
+                return each(counts, mb)
+            table = self._tables[key] = each(np.arange(size, dtype=np.int64), mb)
+        got: np.ndarray = table[counts]
+        return got
 
     def _gathers_each(self, out_bytes: np.ndarray) -> np.ndarray:
         if self.tp == 1 or self.vocab_size == 0 or self.dp_attention:
@@ -398,7 +423,14 @@ class StepModel:
         if self.tp == 1 and self.pp == 1:
             return 0.0
         if isinstance(num_tokens, np.ndarray):  # many runs: every collective costed in one pass
-            return self._comm_each(num_tokens, num_microbatches)
+            if isinstance(num_microbatches, int) or self.pp == 1:
+                return self._tabled("comm", int(np.max(num_microbatches, initial=1)), num_tokens, self._comm_each)
+            assert ((num_microbatches >= 1) & (num_microbatches <= self.pp)).all()
+            out = np.empty(num_tokens.shape)
+            for mb in range(1, self.pp + 1):
+                at = num_microbatches == mb
+                out[at] = self._tabled("comm", mb, num_tokens[at], self._comm_each)
+            return out
         assert isinstance(num_microbatches, int)
         key = (num_tokens, num_microbatches)
         cached = self._comm_cache.get(key)

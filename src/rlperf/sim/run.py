@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
@@ -12,19 +13,35 @@ from rlperf.sim.simulate import SimConfig, simulate
 from rlperf.specs.workload import Workload
 
 
+# Draws already made in this process, by (workload, step, prompts): the planner simulates many
+# plans of one workload, and each simulation draws the same steps again. A draw is a pure
+# function of those and its arrays are read-only (rlperf.specs.workload.WorkloadSample).
+_DRAWS: OrderedDict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+_DRAWS_MAX = 256
+
+
 def sampler(workload: Workload) -> Callable[[int, int], tuple[np.ndarray, np.ndarray]]:
     """(step, num_prompts) -> (prompt lengths (B,), response lengths (B, G)), seeded by step.
 
     Oversampled rollouts (DAPO rounds, PRIME) ask for more prompts than the workload's batch;
     the workload is then re-drawn with that many prompts (same seed and step)."""
     cache: dict[int, Workload] = {workload.prompts_per_step: workload}
+    key = workload.model_dump_json()
 
     def sample(step: int, num_prompts: int) -> tuple[np.ndarray, np.ndarray]:
+        got = _DRAWS.get((key, step, num_prompts))
+        if got is not None:
+            _DRAWS.move_to_end((key, step, num_prompts))
+            return got
         w = cache.get(num_prompts)
         if w is None:
             w = cache[num_prompts] = workload.model_copy(update={"prompts_per_step": num_prompts})
         s = w.sample(step)
-        return np.asarray(s.prompt_tokens, np.int64), np.asarray(s.response_tokens, np.int64)
+        got = _DRAWS[(key, step, num_prompts)] = (np.asarray(s.prompt_tokens, np.int64),
+                                                  np.asarray(s.response_tokens, np.int64))
+        if len(_DRAWS) > _DRAWS_MAX:
+            _DRAWS.popitem(last=False)
+        return got
 
     return sample
 

@@ -506,3 +506,12 @@ def test_a_layout_the_model_cannot_take_names_the_scenario_file(tmp_path: Path) 
     path = write(tmp_path / "sc.yaml", small(**{"plan.layouts.actor.pp": 64}))
     line = simulate_refused(tmp_path, path, contains="plan.layouts.actor.pp: 64 exceeds num_layers (24)")
     assert "sc.yaml:plan.layouts.actor.pp" in line
+
+
+@pytest.mark.parametrize("args, contains", [
+    (["plan", "--from", "nemo", "x.sh"], "--from: unknown framework 'nemo'; allowed: verl, openrlhf"),
+    (["import", "nemo", "x.sh"], "kind: unknown framework 'nemo'; allowed: verl, openrlhf"),
+])
+def test_an_unknown_framework_kind_names_the_argument(args: list[str], contains: str) -> None:
+    # It was "framework: unknown config kind", a name neither command has.
+    assert_one_line_error(invoke(args, time_limit_s=30), contains=contains)

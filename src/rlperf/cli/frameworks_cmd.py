@@ -146,6 +146,10 @@ def import_cmd(
     from rlperf.frameworks.load import load_framework_config
     from rlperf.outputs import claim, write_text
 
+    from rlperf.frameworks.load import KINDS
+
+    if kind.lower() not in KINDS:  # this command's argument, not the library's field name
+        raise SpecError("kind", f"unknown framework {kind!r}", ", ".join(KINDS))
     if out is not None:
         claim([out], force, "--out")
     from rlperf.specs.hardware_catalog import load_accelerator

@@ -107,6 +107,10 @@ def plan_cmd(
                 use = "give the config.json as --model" if flag == "--model-config" else "give --from verl|openrlhf"
                 raise SpecError(flag, "is read only with --from", use)
     if from_kind:
+        from rlperf.frameworks.load import KINDS
+
+        if from_kind.lower() not in KINDS:
+            raise SpecError("--from", f"unknown framework {from_kind!r}", ", ".join(KINDS))
         if not config:
             raise SpecError("--from", "needs the framework config as an argument")
         from rlperf.cli.frameworks_cmd import parse_env

@@ -190,10 +190,10 @@ def tail_after_fraction_s(
     (0 if fewer than that fraction finished)."""
     n = len(finish_time_s)
     k = max(1, math.ceil(fraction * n))
-    done = np.sort(finish_time_s[np.isfinite(finish_time_s)])
+    done = finish_time_s[np.isfinite(finish_time_s)]
     if len(done) < k:
         return 0.0
-    return max(0.0, makespan_s - float(done[k - 1]))
+    return max(0.0, makespan_s - float(np.partition(done, k - 1)[k - 1]))  # the k-th earliest
 
 
 def low_occupancy_s(segments: SegmentLog, end_s: float, slots: float) -> float:

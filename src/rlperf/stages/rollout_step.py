@@ -678,7 +678,9 @@ class Runs:
         if at.size:
             out[at] = _envelope_sums(c0[at], c1[at], m0[at], m1[at], self.floor[at], n[at]) + n[at] * fixed[at]
         same = live & ~floor & (c1 == m1)
-        out[same] = (_lin_sum(np.maximum(c0, m0), c1, 0, n) + n * fixed)[same]
+        if same.any():  # rare: parallel lines (costed on those runs alone, elementwise)
+            ns = n[same]
+            out[same] = _lin_sum(np.maximum(c0[same], m0[same]), c1[same], 0, ns) + ns * fixed[same]
         cross = live & ~floor & ~same
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # x: only where c1 != m1
             x = (m0 - c0) / (c1 - m1)  # the lines cross at step x

@@ -103,7 +103,8 @@ class _Iter:
     """Per-iteration data filled as tasks run (generation decides what training sees)."""
 
     kept_seq_tokens: np.ndarray | None = None  # prompt + response tokens per kept response
-    kept_order: np.ndarray | None = None  # kept responses sorted by finish time (fusion chunks)
+    kept_order: np.ndarray | None = None  # kept responses sorted by finish time (fusion chunks), once read
+    kept_order_by: np.ndarray | None = None  # the finish times kept_order sorts (None: batch order)
     kept_finish_s: np.ndarray | None = None  # absolute finish time per kept response (train parts)
     kept_finish_order: np.ndarray | None = None  # argsort of kept_finish_s (stable), once per batch
     finished: int = 0  # responses of this iteration finished by the rollout calls so far
@@ -401,8 +402,10 @@ class Simulator:
         state.kept_seq_tokens = seq
         state.kept_finish_s = fin_abs if len(fin_abs) == len(seq) else None
         state.kept_finish_order = None
-        # Completion order of the kept responses: fusion waves take them in this order.
-        state.kept_order = np.argsort(fin_t, kind="stable") if len(fin_t) == len(seq) else np.arange(len(seq))
+        # Completion order of the kept responses: fusion waves take them in this order (sorted
+        # when a wave reads it: only fused modes do, and a streamed batch is collected twice).
+        state.kept_order = None
+        state.kept_order_by = fin_t if len(fin_t) == len(seq) else None
         state.staleness.append(it - np.asarray(ver, np.int64))
         state.lagged_tokens.append(np.array(resp, np.int64))
 
@@ -595,7 +598,10 @@ class Simulator:
             return part_tokens
         if chunk is None:
             return st.kept_seq_tokens
-        assert st.kept_order is not None and self.fusion is not None
+        assert self.fusion is not None
+        if st.kept_order is None:
+            by = st.kept_order_by
+            st.kept_order = np.argsort(by, kind="stable") if by is not None else np.arange(len(st.kept_seq_tokens))
         parts = np.array_split(st.kept_order, self.fusion.waves)
         chunk_tokens: np.ndarray = st.kept_seq_tokens[parts[chunk]]
         return chunk_tokens

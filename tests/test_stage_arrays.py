@@ -122,9 +122,15 @@ def test_pipeline_times_are_each_rank_alone(per_rank: list[int], p: int, seed: i
 @given(lengths, st.integers(1, 9), st.sampled_from([None, 1, 3000, 9000]), st.integers(1, 5))
 def test_microbatches_are_the_balance_then_the_cut(seqs: np.ndarray, dp: int, budget: int | None, size: int) -> None:
     """The compiled packing (rlperf.stages.packing_kernel) against the definitions: the balance
-    over dp ranks, then each rank's share cut by first fit or in chunks of ``size``."""
+    over dp ranks, then each rank's share cut by first fit or in chunks of ``size`` in verl's
+    order (sorted, even positions rising then odd ones falling)."""
     plan = microbatches_for(seqs, TrainLayout(dp=dp, max_tokens_per_microbatch=budget, micro_batch_size=size))
     parts = balance(seqs, dp)
-    want = [first_fit_decreasing(np.array(p, np.int64), budget) if budget else [p[i : i + size] for i in range(0, len(p), size)]
-            for p in parts]
+
+    def verl_order(p: list[int]) -> list[int]:
+        rising = sorted(p)
+        return rising[::2] + rising[1::2][::-1]
+
+    want = [first_fit_decreasing(np.array(p, np.int64), budget) if budget
+            else [verl_order(p)[i : i + size] for i in range(0, len(p), size)] for p in parts]
     assert [[mb.tolist() for mb in rank] for rank in plan.ranks] == want

@@ -8,8 +8,14 @@ Two steps, as in verl (``trainer.balance_batch`` and ``use_dynamic_bsz``):
    least-loaded rank that still has room (a close stand-in for the Karmarkar-Karp partition
    verl's ``get_seqlen_balanced_partitions`` computes). Context parallelism does not change the
    assignment: each sequence is then split over the cp ranks of its group.
-2. **Cut each rank's share into micro-batches.** By count, ``micro_batch_size`` sequences each
-   (in the balanced order); or by a token budget (dynamic batch size / sequence packing): bins
+2. **Cut each rank's share into micro-batches.** By count, ``micro_batch_size`` consecutive
+   sequences in verl's order within a rank: sorted by length, then the even positions rising
+   and the odd ones falling (``partition[::2] + partition[1::2][::-1]``, "smaller micro-batches
+   at both ends", ``RayPPOTrainer._balance_batch`` since verl #3605, v0.6), so the longest
+   sequences share the middle micro-batches with every other one of the longer half, not one
+   micro-batch of the longest ``micro_batch_size``. (verl before #3605 kept a rank's sequences
+   in batch order, unrelated to length: micro-batches of about the mean length.) Or by a token
+   budget (dynamic batch size / sequence packing): bins
    of at most ``max_tokens_per_microbatch`` tokens per device filled first-fit-decreasing.
    The budget is per device, as verl's ``*_max_token_len_per_gpu``: a micro-batch of the cp
    group holds up to ``budget x cp`` tokens, ``budget`` on each device. A sequence longer than
@@ -30,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import chain
+from itertools import chain, pairwise
 
 import numpy as np
 
@@ -217,6 +223,7 @@ def _cut(parts: tuple[np.ndarray, np.ndarray], cut: _Cut) -> MicroBatches:
     num_ranks = starts.size - 1
     kind, size = cut
     if kind == "sequences":  # consecutive chunks of ``size`` per rank, the last one shorter
+        values = np.concatenate([_ends_small(values[a:b]) for a, b in pairwise(starts.tolist())])
         count = np.diff(starts)
         full, rest = count // size, count % size
         per_rank = full + (rest > 0)
@@ -224,10 +231,18 @@ def _cut(parts: tuple[np.ndarray, np.ndarray], cut: _Cut) -> MicroBatches:
         sizes = np.full(rank_of.size, size, np.int64)
         last = np.cumsum(per_rank)[rest > 0] - 1
         sizes[last] = rest[rest > 0]
-        return MicroBatches(values.copy(), sizes, rank_of, num_ranks)
+        return MicroBatches(values, sizes, rank_of, num_ranks)
     # A rank's part is already longest first, the order first-fit-decreasing takes it in.
     out, sizes, rank_of = packing_kernel.first_fit(values, starts, size)
     return MicroBatches(out, sizes, rank_of, num_ranks)
+
+
+def _ends_small(desc: np.ndarray) -> np.ndarray:
+    """A rank's sequences (longest first) in verl's order: rising by length at the even
+    positions of the sorted list, then falling at the odd ones (small micro-batches at both
+    ends, the longest in the middle)."""
+    rising = desc[::-1]
+    return np.concatenate([rising[::2], rising[1::2][::-1]])
 
 
 def split_minibatches(seq_tokens: np.ndarray, num_minibatches: int) -> tuple[np.ndarray, ...]:

@@ -53,6 +53,10 @@ class AnalyticCosts:
         self._engine_cache: dict[int, tuple[EngineLayout, int]] = {}
         # The actor, the rollout pool's cluster and engine as JSON (rollout cache keys), per pool size.
         self._engine_keys: dict[int, tuple[str, str, str]] = {}
+        # Per (role, pool size): its layout, and the model, cluster and layout as JSON (the stage
+        # cache's key). A planner asks for the same role on the same pool at every batch of every
+        # iteration; the layout and the three JSON texts are the same each time.
+        self._pass_keys: dict[tuple[str, int], _PassKey] = {}
 
     # ------------------------------------------------------------------ resources
     def cluster(self, gpus: int) -> Cluster:
@@ -61,6 +65,16 @@ class AnalyticCosts:
             c = self.sc.cluster.with_gpus(gpus)  # packed node by node (NVL72: 72-GPU domains)
             self._clusters[gpus] = c
         return c
+
+    def _pass_key(self, role: str, gpus: int) -> _PassKey:
+        got = self._pass_keys.get((role, gpus))
+        if got is None:
+            lay = self._train_layout(role, gpus)
+            cluster = self.cluster(lay.world_size)
+            got = self._pass_keys[role, gpus] = _PassKey(
+                lay, cluster, self.sc.models[role].model_dump_json(), _cluster_key(cluster, _TRAIN_IGNORES),
+                lay.model_dump_json())
+        return got
 
     def _train_layout(self, role: str, gpus: int) -> TrainLayout:
         lay = self.plan.layout_for(role)
@@ -162,12 +176,12 @@ class AnalyticCosts:
     def forward(self, role: str, seq_tokens: np.ndarray, gpus: int, name: str) -> StageCost:
         from rlperf.stages.forward import forward_pass
 
-        lay = self._train_layout(role, gpus)
+        k = self._pass_key(role, gpus)
+        lay, cluster, model = k.layout, k.cluster, self.sc.models[role]
         head: Literal["logprobs", "value"] = "value" if role == "critic" else "logprobs"
-        model, cluster = self.sc.models[role], self.cluster(lay.world_size)
         # Keyed without the stage's name: the old-policy and the reference log-probs of one batch
         # are one pass of the same model and layout (the name is set on the shared result).
-        got = _memo_stage(("forward", model, _cluster_key(cluster, _TRAIN_IGNORES), lay, _digest(seq_tokens), head),
+        got = _memo_stage(("forward", k.model_json, k.cluster_json, k.layout_json, _digest(seq_tokens), head),
                           lambda: forward_pass(model, cluster, lay, seq_tokens, name=name, head=head))
         return got if got.name == name else dataclasses.replace(got, name=name)
 
@@ -175,10 +189,10 @@ class AnalyticCosts:
               num_minibatches: int | None = None) -> StageCost:
         from rlperf.stages.train import train_step
 
-        lay = self._train_layout(role, gpus)
-        model, cluster = self.sc.models[role], self.cluster(lay.world_size)
+        k = self._pass_key(role, gpus)
+        lay, cluster, model = k.layout, k.cluster, self.sc.models[role]
         mb, ep = num_minibatches or self.sc.minibatches, self.sc.epochs
-        return _memo_stage(("train", model, _cluster_key(cluster, _TRAIN_IGNORES), lay, _digest(seq_tokens), name, mb, ep),
+        return _memo_stage(("train", k.model_json, k.cluster_json, k.layout_json, _digest(seq_tokens), name, mb, ep),
                            lambda: train_step(model, cluster, lay, seq_tokens, num_minibatches=mb, epochs=ep, name=name,
                                               head="value" if role == "critic" else "logprobs"))
 
@@ -213,6 +227,18 @@ class AnalyticCosts:
 
         lay = self._train_layout("actor", gpus)
         return ws.offload_switch(self.sc.models["actor"], self.cluster(gpus), lay, to=to)
+
+
+@dataclasses.dataclass(frozen=True)
+class _PassKey:
+    """A role's training layout on a pool of GPUs, its cluster, and the three as the stage cache's
+    key (JSON: the specs themselves are not hashable)."""
+
+    layout: TrainLayout
+    cluster: Cluster
+    model_json: str
+    cluster_json: str
+    layout_json: str
 
 
 # Rollouts already simulated in this process, by everything they depend on: a planner asks for

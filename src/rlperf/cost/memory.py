@@ -315,14 +315,19 @@ def _stage_activations(
 
 
 def _logits_bytes(
-    model: ModelSpec, lay: TrainLayout, st: StageParams, tokens: float, chunk: int | None
+    model: ModelSpec,
+    lay: TrainLayout,
+    st: StageParams,
+    tokens: float,
+    chunk: int | None,
+    per_element_bytes: float = _LOGIT_BYTES,
 ) -> float:
-    """fp32 logits of one micro-batch on the last stage, vocab split by tp (``T * V * 4 / tp``).
-    One copy is counted; unfused code may hold more (bf16 logits, softmax, gradient)."""
+    """Logits of one micro-batch on the last stage, vocab split by tp (``T * V * bytes / tp``),
+    fp32 unless told. One copy is counted; unfused code may hold more (softmax, gradient)."""
     if st.stage != lay.pp - 1:
         return 0.0
     rows = min(tokens, chunk) if chunk else tokens
-    return rows * model.vocab_size / lay.tp * _LOGIT_BYTES
+    return rows * model.vocab_size / lay.tp * per_element_bytes
 
 
 def _tokens(
@@ -356,7 +361,11 @@ def forward_memory(
     log-probs) on a training layout: the weights as the layout shards them (``param_dtype``;
     ZeRO-3 shards them and gathers one unit at a time), one layer's working set for one
     micro-batch (the tensors a training pass would keep for that layer, freed as the forward
-    moves on), and the fp32 logits. Pipeline stages hold only boundary tensors between layers,
+    moves on), and one copy of the logits in ``layout.forward_logits_dtype`` (verl with
+    remove-padding keeps the model's bf16 logits: ``dp_actor._forward_micro_batch`` divides them
+    by the temperature in place, takes log-probs with flash-attn's in-place cross-entropy and the
+    entropy through a ``torch.compile``d function, whose softmax feeds only row reductions;
+    the default, fp32, counts an upcast copy). Pipeline stages hold only boundary tensors between layers,
     which are not counted. Arguments as in :func:`train_memory`."""
     check_train_layout(model, layout)
     tokens, span = _tokens(layout, micro_batch_tokens, seq_len)
@@ -373,7 +382,9 @@ def forward_memory(
         working = max(
             a.total_bytes for a in _layer_activations(model, layout, st, span, flash_attention)
         )
-        logits = _logits_bytes(model, layout, st, tokens, logits_chunk_tokens)
+        logits = _logits_bytes(
+            model, layout, st, tokens, logits_chunk_tokens, bytes_per(layout.forward_logits_dtype)
+        )
         mems.append(ForwardMemory(weights, working * tokens, logits, buffers, host, st.stage))
     return max(mems, key=lambda m: m.total_bytes)
 

@@ -420,6 +420,10 @@ class _Importer:
         rp_key = f"{ROLE_MODEL[role]}.use_remove_padding"
         lay["packing"] = as_bool(rp_key, self.r.get(rp_key, DEFAULTS.get(rp_key, False)))
         self.rec.map(rp_key, lay["packing"], "packed sequences" if lay["packing"] else "padded micro-batches (computes on padding)")
+        if lay["packing"] and strategy != "megatron":
+            # dp_actor's remove-padding path takes log-probs from the model's bf16 logits
+            # (div_ by the temperature in place, fused in-place cross-entropy, compiled entropy)
+            lay["forward_logits_dtype"] = "bf16"
         # Forward-only roles never recompute; they take the actor's setting so equal layouts compare equal.
         lay["recompute"] = actor.recompute if actor is not None and role in ("ref", "reward_model") else self._recompute(role, strategy)
         mp = lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1)

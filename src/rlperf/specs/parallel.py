@@ -28,6 +28,7 @@ Recompute = Literal["none", "selective", "full"]
 PipelineSchedule = Literal["1f1b", "interleaved", "gpipe"]
 ContextParallel = Literal["ring", "ulysses"]
 AttentionKernel = Literal["flash", "unfused"]
+LogitsDtype = Literal["bf16", "fp32"]
 TrainBackend = Literal["megatron", "fsdp"]  # Megatron-LM / Megatron-DeepSpeed; FSDP or DeepSpeed ZeRO engines
 Batching = Literal["continuous", "static"]
 GatherUnit = Literal["layer", "module"]
@@ -57,6 +58,11 @@ class TrainLayout(Spec):
     # (verl log_prob_micro_batch_size_per_gpu / log_prob_max_token_len_per_gpu); None: as training.
     forward_micro_batch_size: NumSequences | None = None
     forward_max_tokens_per_microbatch: NumTokens | None = None
+    # dtype the logits of a forward-only pass are held in while its log-probs are taken: "fp32"
+    # (upcast before the log-softmax: one fp32 copy counted); "bf16" (kept in the compute dtype,
+    # verl with use_remove_padding: temperature divided in place, log-probs by a fused in-place
+    # cross-entropy, entropy through torch.compile: one bf16 copy)
+    forward_logits_dtype: LogitsDtype = "fp32"
     # sequences of a micro-batch packed without padding (verl use_remove_padding, OpenRLHF
     # --packing_samples); False: each is padded to the micro-batch's longest (HF eager batches)
     packing: bool = True

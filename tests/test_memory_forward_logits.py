@@ -1,0 +1,57 @@
+"""Logits of a forward-only pass in the dtype the engine holds them in.
+
+verl's remove-padding path (``dp_actor._forward_micro_batch``) keeps the model's bf16 logits:
+the temperature is divided in place, log-probs come from flash-attn's in-place cross-entropy and
+the entropy from a ``torch.compile``d function. One bf16 copy is ``T * V * 2 / tp`` bytes; the
+default counts an fp32 copy, ``T * V * 4 / tp``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rlperf.catalog import load_model
+from rlperf.cost.memory import check_fits, forward_memory, train_memory
+from rlperf.errors import SpecError
+from rlperf.frameworks import load_framework_config
+from rlperf.specs.parallel import TrainLayout
+
+MODEL = load_model("Qwen2.5-7B")
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_forward_logits_closed_form(tp: int) -> None:
+    tokens = 100_000
+    fp32 = forward_memory(MODEL, TrainLayout(tp=tp), tokens)
+    bf16 = forward_memory(MODEL, TrainLayout(tp=tp, forward_logits_dtype="bf16"), tokens)
+    assert bf16.logits_bytes == tokens * MODEL.vocab_size * 2 / tp
+    assert fp32.logits_bytes == tokens * MODEL.vocab_size * 4 / tp
+    # only the logits change
+    assert fp32.total_bytes - bf16.total_bytes == fp32.logits_bytes - bf16.logits_bytes
+
+
+def test_training_logits_unchanged_by_the_forward_dtype() -> None:
+    a = train_memory(MODEL, TrainLayout(), 8192)
+    b = train_memory(MODEL, TrainLayout(forward_logits_dtype="bf16"), 8192)
+    assert a == b
+
+
+def test_a_real_oom_stays_an_oom() -> None:
+    """bf16 logits of 300k tokens on one GPU, 300k x 152,064 x 2 = 91 GB, still exceed 80 GB."""
+    mem = forward_memory(MODEL, TrainLayout(forward_logits_dtype="bf16"), 300_000)
+    assert mem.logits_bytes == 300_000 * MODEL.vocab_size * 2
+    with pytest.raises(SpecError, match="logits"):
+        check_fits(mem, 80e9, "old_logprob")
+
+
+def _import(*overrides: str) -> TrainLayout:
+    spec, _ = load_framework_config("verl", None, [
+        "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct", "trainer.n_gpus_per_node=8",
+        "data.train_batch_size=64", "actor_rollout_ref.actor.ppo_mini_batch_size=32",
+        *overrides])
+    return spec.plan.layouts["actor"]
+
+
+def test_verl_remove_padding_holds_bf16_logits() -> None:
+    assert _import("actor_rollout_ref.model.use_remove_padding=True").forward_logits_dtype == "bf16"
+    assert _import("actor_rollout_ref.model.use_remove_padding=False").forward_logits_dtype == "fp32"

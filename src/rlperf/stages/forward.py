@@ -29,6 +29,7 @@ Work and depth (:mod:`rlperf.stages.base`):
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
@@ -80,8 +81,7 @@ def forward_pass(
 
     devices = layout.tp * layout.cp
     shapes = MicroBatchShapes.of(plan, padded)
-    longest = MicroBatchShapes.single(np.array([seqs.max()]))
-    costs.prime([shapes, longest])
+    costs.prime([shapes])
     tally = Tally()
     times = np.zeros((layout.pp, shapes.tokens.size))
     parts: list[dict[str, np.ndarray]] = []  # per stage: each component, per micro-batch
@@ -99,7 +99,7 @@ def forward_pass(
     r = int(np.argmax(pipe.total_s))
     mine = plan.rank_of == r
     busy = {k: sum(v[mine].tolist()) for k, v in parts[int(pipe.busiest_stage[r])].items()} if mine.any() else {}
-    depth = sum(float(costs.forward(shard, longest).compute_s[0]) for shard in costs.shards)
+    depth = longest_alone_s(costs, int(seqs.max()))
     return StageCost(
         name=name,
         time_s=float(pipe.total_s[r]),
@@ -112,3 +112,33 @@ def forward_pass(
         peak_memory_bytes=mem.total_bytes,
         breakdown=components(busy, float(pipe.bubble_s[r])),
     )
+
+
+# The depth's longest sequence alone, by its layout's cost model and its length: a planner costs
+# one layout on batch after batch whose longest sequence is often the same (responses cut at the
+# length limit), and the figure depends on nothing else. LayoutCosts instances are shared per
+# (model, cluster, layout, head) and key by identity; the memo holds them, so an id is not reused.
+_ALONE: OrderedDict[tuple[LayoutCosts, int, bool], float] = OrderedDict()
+_ALONE_MAX = 4096
+
+
+def longest_alone_s(costs: LayoutCosts, longest: int, backward: bool = False) -> float:
+    """A sequence of ``longest`` tokens alone through every stage of ``costs``: the sum over stages
+    of its forward compute (``backward``: forward + backward compute), in stage order."""
+    key = (costs, longest, backward)
+    got = _ALONE.get(key)
+    if got is not None:
+        _ALONE.move_to_end(key)
+        return got
+    one = MicroBatchShapes.single(np.array([longest]))
+    if backward:
+        got = 0.0
+        for shard in costs.shards:
+            fwd = costs.forward(shard, one)
+            got += float(fwd.compute_s[0] + costs.backward(shard, one, fwd).compute_s[0])
+    else:
+        got = sum(float(costs.forward(shard, one).compute_s[0]) for shard in costs.shards)
+    _ALONE[key] = got
+    if len(_ALONE) > _ALONE_MAX:
+        _ALONE.popitem(last=False)
+    return got

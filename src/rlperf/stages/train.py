@@ -61,6 +61,7 @@ from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import TrainLayout, check_train_layout
 from rlperf.stages.base import StageCost
+from rlperf.stages.forward import longest_alone_s
 from rlperf.stages.microbatch import MicroBatches, as_lengths, microbatches_for, split_minibatches
 from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes, Tally, components
 from rlperf.stages.pipeline import pipeline_times
@@ -126,9 +127,8 @@ def train_step(
     check_fits(mem, cluster.accelerator.hbm_bytes, name)
 
     shapes = [MicroBatchShapes.of(p, padded=not layout.packing) for p in plans]
-    longest = [MicroBatchShapes.single(np.array([p.longest_sequence()])) for p in plans]
-    costs.prime(shapes + longest)
-    steps = [_step(costs, plan, sh, lg, cpu_adam_params_per_s) for plan, sh, lg in zip(plans, shapes, longest)]
+    costs.prime(shapes)
+    steps = [_step(costs, plan, sh, cpu_adam_params_per_s) for plan, sh in zip(plans, shapes)]
     busy: dict[str, float] = {}
     tally = Tally()
     for st in steps:
@@ -158,10 +158,10 @@ def cpu_adam_params_per_s_for(cluster: Cluster, layout: TrainLayout) -> float:
     return host_adam_rate(cluster, "fp32", layout.grad_dtype, layout.param_dtype, layout.cpu_optimizer_threads)
 
 
-def _step(costs: LayoutCosts, plan: MicroBatches, shapes: MicroBatchShapes, longest: MicroBatchShapes,
+def _step(costs: LayoutCosts, plan: MicroBatches, shapes: MicroBatchShapes,
           cpu_adam_params_per_s: float | None) -> StepCost:
-    """One optimizer step on the mini-batch ``plan`` (``shapes``: its micro-batches; ``longest``:
-    its longest sequence alone, for the depth)."""
+    """One optimizer step on the mini-batch ``plan`` (``shapes``: its micro-batches; its longest
+    sequence alone sets the depth)."""
     lay = costs.layout
     devices = lay.tp * lay.cp
     tally = Tally()
@@ -186,10 +186,7 @@ def _step(costs: LayoutCosts, plan: MicroBatches, shapes: MicroBatchShapes, long
     busy["param_gather"] = gather
     busy["optimizer"] = opt
 
-    depth = 0.0
-    for sh in costs.shards:
-        fwd = costs.forward(sh, longest)
-        depth += float(fwd.compute_s[0] + costs.backward(sh, longest, fwd).compute_s[0])
+    depth = longest_alone_s(costs, plan.longest_sequence(), backward=True)
     return StepCost(total + sync + gather + opt, busy, bubble, depth + opt, tally)
 
 

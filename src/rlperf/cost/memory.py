@@ -161,6 +161,7 @@ def train_memory(
     flash_attention: bool = True,
     logits_chunk_tokens: int | None = None,
     num_microbatches: int | None = None,
+    value_head: bool = False,
 ) -> TrainMemory:
     """Peak bytes per GPU of a training step (the fullest pipeline stage).
 
@@ -175,6 +176,8 @@ def train_memory(
         logits_chunk_tokens: log-probs computed in chunks of this many tokens (fused/chunked
             kernels); ``None`` materializes the logits of the whole micro-batch.
         num_microbatches: micro-batches per step; ``None`` means enough to fill the pipeline.
+        value_head: the model ends in a scalar head (critic values, reward scores: verl's
+            ``AutoModelForTokenClassification`` with one label), so no vocabulary logits.
     """
     check_train_layout(model, layout)
     tokens, span = _tokens(layout, micro_batch_tokens, seq_len)
@@ -183,7 +186,8 @@ def train_memory(
     stages = stage_params(model, layout.tp, layout.pp, layout.expert_shards)
     mems = [
         _train_stage(
-            model, layout, st, tokens, span, flash_attention, logits_chunk_tokens, num_microbatches
+            model, layout, st, tokens, span, flash_attention, logits_chunk_tokens, num_microbatches,
+            value_head,
         )
         for st in stages
     ]
@@ -199,6 +203,7 @@ def _train_stage(
     flash: bool,
     chunk: int | None,
     num_mb: int | None,
+    value_head: bool,
 ) -> TrainMemory:
     p_bytes, g_bytes = bytes_per(lay.param_dtype), bytes_per(lay.grad_dtype)
     opt_per_param = _ADAM_MOMENTS_BYTES + (0.0 if lay.param_dtype == "fp32" else _MASTER_BYTES)
@@ -230,7 +235,7 @@ def _train_stage(
         optimizer = 0.0
     in_flight = microbatches_in_flight(lay, st.stage, num_mb)
     acts = _stage_activations(model, lay, st, tokens, span, flash, in_flight)
-    logits = _logits_bytes(model, lay, st, tokens, chunk)
+    logits = 0.0 if value_head else _logits_bytes(model, lay, st, tokens, chunk)
     return TrainMemory(weights, grads, optimizer, acts, logits, buffers, host, st.stage)
 
 
@@ -356,6 +361,7 @@ def forward_memory(
     seq_len: int | None = None,
     flash_attention: bool = True,
     logits_chunk_tokens: int | None = None,
+    value_head: bool = False,
 ) -> ForwardMemory:
     """Peak bytes per GPU of a forward-only pass (frozen reference or reward model, old-policy
     log-probs) on a training layout: the weights as the layout shards them (``param_dtype``;
@@ -365,7 +371,7 @@ def forward_memory(
     remove-padding keeps the model's bf16 logits: ``dp_actor._forward_micro_batch`` divides them
     by the temperature in place, takes log-probs with flash-attn's in-place cross-entropy and the
     entropy through a ``torch.compile``d function, whose softmax feeds only row reductions;
-    the default, fp32, counts an upcast copy). Pipeline stages hold only boundary tensors between layers,
+    the default, fp32, counts an upcast copy); none with ``value_head``. Pipeline stages hold only boundary tensors between layers,
     which are not counted. Arguments as in :func:`train_memory`."""
     check_train_layout(model, layout)
     tokens, span = _tokens(layout, micro_batch_tokens, seq_len)
@@ -382,7 +388,7 @@ def forward_memory(
         working = max(
             a.total_bytes for a in _layer_activations(model, layout, st, span, flash_attention)
         )
-        logits = _logits_bytes(
+        logits = 0.0 if value_head else _logits_bytes(
             model, layout, st, tokens, logits_chunk_tokens, bytes_per(layout.forward_logits_dtype)
         )
         mems.append(ForwardMemory(weights, working * tokens, logits, buffers, host, st.stage))

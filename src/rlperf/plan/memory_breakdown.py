@@ -32,6 +32,7 @@ from rlperf.errors import SpecError
 from rlperf.scenario import Scenario
 from rlperf.specs.parallel import TrainLayout
 from rlperf.specs.plan import Plan
+from rlperf.stages.shard import head_of
 
 
 @dataclass(frozen=True)
@@ -103,12 +104,12 @@ def memory_breakdown(sc: Scenario, plan: Plan, num_gpus: int) -> tuple[RoleMemor
         note = ""
         try:
             if work == "train":
-                t = train_memory(sc.models[st.role], lay, mb, seq_len=longest)
+                t = train_memory(sc.models[st.role], lay, mb, seq_len=longest, value_head=head_of(st.role) == "value")
                 host = t.host_bytes + (t.model_states_bytes if colocated_offload else 0.0)
                 rows.append(RoleMemory(st.role, work, pool, size[pool], t.weights_bytes, t.grads_bytes, t.optimizer_bytes,
                                        t.activations_bytes, t.logits_bytes, 0.0, t.buffers_bytes, host, hbm))
                 continue
-            f = forward_memory(sc.models[st.role], lay, mb, seq_len=longest)
+            f = forward_memory(sc.models[st.role], lay, mb, seq_len=longest, value_head=head_of(st.role) == "value")
             rows.append(RoleMemory(st.role, work, pool, size[pool], f.weights_bytes, 0.0, 0.0, f.activations_bytes,
                                    f.logits_bytes, 0.0, f.buffers_bytes, f.host_bytes, hbm))
         except SpecError as err:

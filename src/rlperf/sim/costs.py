@@ -32,6 +32,7 @@ from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout
 from rlperf.stages.base import StageCost
 from rlperf.stages.rollout_requests import Dispatch
 from rlperf.stages.rollout_result import RolloutResult
+from rlperf.stages.shard import head_of
 
 if TYPE_CHECKING:
     from rlperf.stages.rollout_step import StepModel
@@ -178,7 +179,7 @@ class AnalyticCosts:
 
         k = self._pass_key(role, gpus)
         lay, cluster, model = k.layout, k.cluster, self.sc.models[role]
-        head: Literal["logprobs", "value"] = "value" if role == "critic" else "logprobs"
+        head = head_of(role)
         # Keyed without the stage's name: the old-policy and the reference log-probs of one batch
         # are one pass of the same model and layout (the name is set on the shared result).
         got = _memo_stage(("forward", k.model_json, k.cluster_json, k.layout_json, _digest(seq_tokens), head),
@@ -194,7 +195,7 @@ class AnalyticCosts:
         mb, ep = num_minibatches or self.sc.minibatches, self.sc.epochs
         return _memo_stage(("train", k.model_json, k.cluster_json, k.layout_json, _digest(seq_tokens), name, mb, ep),
                            lambda: train_step(model, cluster, lay, seq_tokens, num_minibatches=mb, epochs=ep, name=name,
-                                              head="value" if role == "critic" else "logprobs"))
+                                              head=head_of(role)))
 
     def reward(self, seq_tokens: np.ndarray, gpus: int) -> StageCost:
         spec = self.sc.spec.algorithm.reward

@@ -76,7 +76,8 @@ def forward_pass(
     costs = LayoutCosts.of(model, cluster, layout, head)
     plan = microbatches_for(seqs, layout)
     padded = not layout.packing
-    mem = forward_memory(model, layout, plan.max_microbatch_tokens(padded), seq_len=int(seqs.max()))
+    mem = forward_memory(model, layout, plan.max_microbatch_tokens(padded), seq_len=int(seqs.max()),
+                         value_head=head == "value")
     check_fits(mem, cluster.accelerator.hbm_bytes, name)
 
     devices = layout.tp * layout.cp

@@ -43,6 +43,13 @@ from rlperf.stages.elementwise import FUSED, ElementwiseKernels
 
 Head = Literal["logprobs", "value"]  # LM head + log-softmax over the vocab, or a scalar value head
 
+
+def head_of(role: str) -> Head:
+    """The head a role's passes end in: the critic and the reward model score with a scalar
+    head (verl's ``AutoModelForTokenClassification`` with one label), the others take
+    log-probs over the vocabulary."""
+    return "value" if role in ("critic", "reward_model") else "logprobs"
+
 ROUTING_KERNELS = 3  # top-k, permute, unpermute
 
 

@@ -122,7 +122,7 @@ def train_step(
     plans = [microbatches_for(mini, layout) for mini in minis]
     mem = train_memory(
         model, layout, max(p.max_microbatch_tokens(not layout.packing) for p in plans), seq_len=int(seqs.max()),
-        num_microbatches=max(p.max_microbatches() for p in plans),
+        num_microbatches=max(p.max_microbatches() for p in plans), value_head=head == "value",
     )
     check_fits(mem, cluster.accelerator.hbm_bytes, name)
 

@@ -8,12 +8,16 @@ default counts an fp32 copy, ``T * V * 4 / tp``.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+import rlperf.frameworks
 
 from rlperf.catalog import load_model
 from rlperf.cost.memory import check_fits, forward_memory, train_memory
 from rlperf.errors import SpecError
-from rlperf.frameworks import load_framework_config
+from rlperf.frameworks import export_verl, load_framework_config
 from rlperf.specs.parallel import TrainLayout
 
 MODEL = load_model("Qwen2.5-7B")
@@ -55,3 +59,19 @@ def _import(*overrides: str) -> TrainLayout:
 def test_verl_remove_padding_holds_bf16_logits() -> None:
     assert _import("actor_rollout_ref.model.use_remove_padding=True").forward_logits_dtype == "bf16"
     assert _import("actor_rollout_ref.model.use_remove_padding=False").forward_logits_dtype == "fp32"
+
+
+MEGATRON = Path(rlperf.frameworks.__file__).parent / "examples" / "verl_ppo_megatron_qwen2.5_32b.yaml"
+
+
+def test_verl_megatron_packs_unless_its_engine_says_not() -> None:
+    """verl's Megatron workers pack (thd) by <role>.megatron.use_remove_padding, True by default;
+    model.use_remove_padding (the FSDP switch, False by default) does not unpack them."""
+    packed, _ = load_framework_config("verl", MEGATRON, [])
+    off = "actor_rollout_ref.actor.megatron.use_remove_padding=False"
+    padded, _ = load_framework_config("verl", MEGATRON, [off])
+    assert packed.plan.layouts["actor"].backend == "megatron"
+    assert packed.plan.layouts["actor"].packing and not padded.plan.layouts["actor"].packing
+    for spec in (packed, padded):
+        again, _ = load_framework_config("verl", None, export_verl(spec).args)
+        assert again.plan.layouts["actor"].packing == spec.plan.layouts["actor"].packing

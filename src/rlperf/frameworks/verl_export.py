@@ -273,7 +273,10 @@ def _layout(role: str, lay: TrainLayout, out: _Out) -> None:
     elif lay.lora_rank:
         out.missing.append(f"{role}: LoRA on a forward-only role (verl's reference is the base model)")
     # actor, reference (and rollout) share actor_rollout_ref.model; the actor's setting is written.
-    if role != "ref":
+    # Megatron workers read their own engine's switch.
+    if strategy == "megatron":
+        out.set(f"{base}.megatron.use_remove_padding", lay.packing)
+    elif role != "ref":
         out.set(f"{ROLE_MODEL[role]}.use_remove_padding", lay.packing)
     if role in ROLE_RECOMPUTE:
         _recompute(role, lay, strategy, out)

@@ -417,8 +417,15 @@ class _Importer:
         lay.update(self._micro(role))
         if role in ("actor", "critic"):
             lay["lora_rank"] = self._lora(role)
-        rp_key = f"{ROLE_MODEL[role]}.use_remove_padding"
-        lay["packing"] = as_bool(rp_key, self.r.get(rp_key, DEFAULTS.get(rp_key, False)))
+        # verl's Megatron workers pack sequences (thd) unless <role>.megatron.use_remove_padding
+        # is false (engine/megatron.yaml, True; before #4323, Dec 2025, they always packed);
+        # model.use_remove_padding is the FSDP workers' switch.
+        megatron = strategy == "megatron"
+        rp_key = f"{base}.megatron.use_remove_padding" if megatron else f"{ROLE_MODEL[role]}.use_remove_padding"
+        lay["packing"] = as_bool(rp_key, self.r.get(rp_key, True if megatron else DEFAULTS.get(rp_key, False)))
+        fsdp_key = f"{ROLE_MODEL[role]}.use_remove_padding"
+        if megatron and self.r.has(fsdp_key):
+            self.rec.map(fsdp_key, self.r.get(fsdp_key, False), f"the FSDP workers' switch; {role} packs by {rp_key}")
         self.rec.map(rp_key, lay["packing"], "packed sequences" if lay["packing"] else "padded micro-batches (computes on padding)")
         if lay["packing"] and strategy != "megatron":
             # dp_actor's remove-padding path takes log-probs from the model's bf16 logits

@@ -2,9 +2,10 @@
 
 The same rules as the cost model (:mod:`rlperf.stages.microbatch`) on one data-parallel rank:
 mini-batches are consecutive slices of the batch (``np.array_split``); a mini-batch's sequences
-are taken longest first and cut into micro-batches of ``micro_batch_size`` sequences, or packed
-first-fit-decreasing into bins of at most ``max_tokens_per_microbatch`` tokens. Sorting by
-length also keeps the padding of a micro-batch small (HF eager pads to the longest sequence).
+are cut into micro-batches of ``micro_batch_size`` sequences in verl's order (sorted by length,
+the even positions rising then the odd ones falling), or taken longest first and packed
+first-fit-decreasing into bins of at most ``max_tokens_per_microbatch`` tokens. Both orders keep
+the padding of a micro-batch small (HF eager pads to the longest sequence).
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ def minibatch_indices(num_sequences: int, num_minibatches: int) -> list[np.ndarr
 def microbatch_indices(seq_tokens: np.ndarray, index: np.ndarray, layout: TrainLayout) -> list[np.ndarray]:
     """Micro-batches of the sequences ``index`` (lengths ``seq_tokens[index]``) under ``layout``."""
     lengths = seq_tokens[index]
+    budget = layout.max_tokens_per_microbatch
+    if budget is None:  # verl's order within a rank, as the cost model's cut by count
+        rising = index[np.argsort(lengths, kind="stable")]
+        ends_small = np.concatenate([rising[::2], rising[1::2][::-1]])
+        size = layout.micro_batch_size
+        return [ends_small[i : i + size] for i in range(0, ends_small.size, size)]
     # stable sort, longest first (ties keep batch order), as balance_over_ranks does for dp = 1
     order = index[np.argsort(-lengths, kind="stable")]
-    budget = layout.max_tokens_per_microbatch
-    if budget is None:
-        size = layout.micro_batch_size
-        return [order[i : i + size] for i in range(0, order.size, size)]
     bins: list[list[int]] = []
     room: list[int] = []
     for i in order.tolist():

@@ -355,7 +355,10 @@ def test_report_renders_in_headless_chromium(report: tuple[Path, PlanSearchResul
     assert CHROMIUM is not None
     browser = Chromium(CHROMIUM, tmp_path / "profile")
     try:
-        target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        # The first answer waits for the browser's start-up too (a fresh profile, the font cache
+        # on a fresh machine, two xdist workers on two cores): one fresh-clone CI run at 12cc784
+        # got no answer within 20 s. Later commands keep 20 s.
+        target = browser.send("Target.createTarget", {"url": "about:blank"}, timeout_s=120)["targetId"]
         session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Runtime", "Log", "Page", "Network"):
             browser.send(f"{domain}.enable", {}, session)

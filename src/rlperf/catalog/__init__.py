@@ -39,10 +39,18 @@ ALIASES: dict[str, str] = {
 }
 # Aliases whose config.json declares another context than their entry's (same shapes): the
 # Qwen3 2507 releases position 262,144 tokens natively (their model cards: "Context Length:
-# 262,144 natively"; config.json max_position_embeddings 262144), Qwen3-4B 40,960.
+# 262,144 natively"; config.json max_position_embeddings 262144), Qwen3-4B 40,960. The Qwen2.5
+# Instruct releases of 1.5B and up ship max_position_embeddings 32768 with rope_scaling null
+# (their model cards: "The current config.json is set for context length up to 32,768 tokens",
+# YaRN to be added by hand beyond it), where the base checkpoints of those sizes declare 131,072.
 ALIAS_POSITIONS: dict[str, int] = {
     "qwen3-4b-thinking-2507": 262_144,
     "qwen3-4b-instruct-2507": 262_144,
+    "qwen2.5-1.5b-instruct": 32_768,
+    "qwen2.5-7b-instruct": 32_768,
+    "qwen2.5-14b-instruct": 32_768,
+    "qwen2.5-32b-instruct": 32_768,
+    "qwen2.5-72b-instruct": 32_768,
 }
 # Instruction-tuned and base releases share shapes with the entry they are named after.
 _VARIANT_SUFFIXES = ("-instruct", "-base")

@@ -14,6 +14,7 @@ import numpy as np
 
 from rlperf.errors import SpecError
 from rlperf.specs.parallel import TrainLayout
+from rlperf.stages.microbatch import ends_small
 
 
 def minibatch_indices(num_sequences: int, num_minibatches: int) -> list[np.ndarray]:
@@ -27,10 +28,9 @@ def microbatch_indices(seq_tokens: np.ndarray, index: np.ndarray, layout: TrainL
     lengths = seq_tokens[index]
     budget = layout.max_tokens_per_microbatch
     if budget is None:  # verl's order within a rank, as the cost model's cut by count
-        rising = index[np.argsort(lengths, kind="stable")]
-        ends_small = np.concatenate([rising[::2], rising[1::2][::-1]])
+        ordered = ends_small(index[np.argsort(lengths, kind="stable")])
         size = layout.micro_batch_size
-        return [ends_small[i : i + size] for i in range(0, ends_small.size, size)]
+        return [ordered[i : i + size] for i in range(0, ordered.size, size)]
     # stable sort, longest first (ties keep batch order), as balance_over_ranks does for dp = 1
     order = index[np.argsort(-lengths, kind="stable")]
     bins: list[list[int]] = []

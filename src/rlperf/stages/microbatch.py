@@ -223,7 +223,7 @@ def _cut(parts: tuple[np.ndarray, np.ndarray], cut: _Cut) -> MicroBatches:
     num_ranks = starts.size - 1
     kind, size = cut
     if kind == "sequences":  # consecutive chunks of ``size`` per rank, the last one shorter
-        values = np.concatenate([_ends_small(values[a:b]) for a, b in pairwise(starts.tolist())])
+        values = np.concatenate([ends_small(values[a:b][::-1]) for a, b in pairwise(starts.tolist())])
         count = np.diff(starts)
         full, rest = count // size, count % size
         per_rank = full + (rest > 0)
@@ -237,11 +237,10 @@ def _cut(parts: tuple[np.ndarray, np.ndarray], cut: _Cut) -> MicroBatches:
     return MicroBatches(out, sizes, rank_of, num_ranks)
 
 
-def _ends_small(desc: np.ndarray) -> np.ndarray:
-    """A rank's sequences (longest first) in verl's order: rising by length at the even
-    positions of the sorted list, then falling at the odd ones (small micro-batches at both
-    ends, the longest in the middle)."""
-    rising = desc[::-1]
+def ends_small(rising: np.ndarray) -> np.ndarray:
+    """A rank's sequences (sorted shortest first) in verl's order: the even positions of the
+    sorted list rising, then the odd ones falling (small micro-batches at both ends, the
+    longest in the middle). The cost model's cut and the reference runtime both call it."""
     return np.concatenate([rising[::2], rising[1::2][::-1]])
 
 

@@ -16,12 +16,12 @@ import math
 import os
 import time
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlperf.memo import BoundedMemo
 from rlperf.errors import SpecError
 from rlperf.modes import mode_of
 from rlperf.plan.bound import Bounder, PlanBound
@@ -122,8 +122,7 @@ def _simulate_one(args: tuple[Scenario, Plan]) -> SimResult | str:
 # Simulations already run in this process, by everything they read: the what-ifs of the best
 # plan are often plans the search simulated already (the same plan on the same GPUs). A
 # simulation is deterministic and its result frozen, so sharing one is safe.
-_SIMULATED: OrderedDict[tuple[str, str, str, bool], SimResult | str] = OrderedDict()
-_SIMULATED_MAX = 64
+_SIMULATED: BoundedMemo[tuple[str, str, str, bool], SimResult | str] = BoundedMemo(64)
 
 
 def _simulate(sc: Scenario, plan: Plan, timeline: bool) -> SimResult | str:
@@ -135,16 +134,12 @@ def _simulate(sc: Scenario, plan: Plan, timeline: bool) -> SimResult | str:
     key = (spec.model_dump_json(), sc.cluster.model_dump_json(), sc.workload.model_dump_json(), timeline)
     got = _SIMULATED.get(key)
     if got is not None:
-        _SIMULATED.move_to_end(key)
         return got
     try:
         got = run_scenario(Scenario(spec, sc.models, sc.cluster, sc.workload, sc.algorithm), timeline=timeline)
     except SpecError as err:
         got = str(err)
-    _SIMULATED[key] = got
-    if len(_SIMULATED) > _SIMULATED_MAX:
-        _SIMULATED.popitem(last=False)
-    return got
+    return _SIMULATED.put(key, got)
 
 
 def _with_timeline(sc: Scenario, e: PlanEvaluation) -> PlanEvaluation:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from collections import OrderedDict
 from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from pydantic import BaseModel
 
+from rlperf.memo import BoundedMemo
 from rlperf.errors import SpecError
 from rlperf.scenario import Scenario
 from rlperf.sim.interface import GroupAdmission, RolloutBatch, RolloutOutcome
@@ -147,8 +147,6 @@ class AnalyticCosts:
                                   dispatch=dispatch)
             r = simulate_rollout(model, cluster, engine, reqs, opts, step=_step_model(keys, model, cluster, engine))
             _remember(key, r)
-        else:
-            _ROLLOUTS.move_to_end(key)
         # A call stopped after k finished requests: its depth (computed for every request's full
         # length) is capped at the stop time, the chain it actually ran.
         depth_s = min(r.depth_s, r.makespan_s) if r.stopped_early else r.depth_s
@@ -248,36 +246,26 @@ class _PassKey:
 # (read-only arrays), so sharing one is safe.
 # (model, cluster, engine, hash of the batch, token budget, stop after k finished)
 _RolloutKey = tuple[str, str, str, bytes, int | None, int | None, int | None, int | None, str]
-_ROLLOUTS: OrderedDict[_RolloutKey, RolloutResult] = OrderedDict()
-_ROLLOUTS_MAX = 32
+_ROLLOUTS: BoundedMemo[_RolloutKey, RolloutResult] = BoundedMemo(32)
 
 
 # Rollout step models by what they are built from (the actor, the cluster less its sync-only
 # figures and the engine, as in a rollout's key): every rollout call of one engine shares its
 # step model, whose memoized per-run coefficients (communication, sampler, flat parts) then
 # carry over from call to call; a StepModel's figures never change once built.
-_STEPS: OrderedDict[tuple[str, str, str], StepModel] = OrderedDict()
-_STEPS_MAX = 64
+_STEPS: BoundedMemo[tuple[str, str, str], StepModel] = BoundedMemo(64)
 
 
 def _step_model(keys: tuple[str, str, str], model: ModelSpec, cluster: Cluster, engine: EngineLayout) -> StepModel:
     from rlperf.stages.rollout_step import StepModel
 
-    got = _STEPS.get(keys)
-    if got is None:
-        got = _STEPS[keys] = StepModel.build(model, cluster, engine, engine.cuda_graphs)
-        if len(_STEPS) > _STEPS_MAX:
-            _STEPS.popitem(last=False)
-    else:
-        _STEPS.move_to_end(keys)
-    return got
+    return _STEPS.get_or_make(keys, lambda: StepModel.build(model, cluster, engine, engine.cuda_graphs))
 
 
 # Forward and training stage costs by everything they read: plans that differ only in their
 # rollout engine or execution mode train the same batch under the same layout, and a planner
 # simulates many such plans. StageCost is frozen, so sharing one is safe.
-_STAGES: OrderedDict[tuple[object, ...], StageCost] = OrderedDict()
-_STAGES_MAX = 1024
+_STAGES: BoundedMemo[tuple[object, ...], StageCost] = BoundedMemo(1024)
 
 
 def _digest(a: np.ndarray) -> bytes:
@@ -299,15 +287,7 @@ def _cluster_key(cluster: Cluster, ignore: frozenset[str]) -> str:
 def _memo_stage(key: tuple[object, ...], fn: Callable[[], StageCost]) -> StageCost:
     # Pydantic specs go into the key by their JSON: hashing a spec with a dict field fails.
     k = tuple(x.model_dump_json() if isinstance(x, BaseModel) else x for x in key)
-    got = _STAGES.get(k)
-    if got is None:
-        got = fn()
-        _STAGES[k] = got
-        if len(_STAGES) > _STAGES_MAX:
-            _STAGES.popitem(last=False)
-    else:
-        _STAGES.move_to_end(k)
-    return got
+    return _STAGES.get_or_make(k, fn)
 
 
 def _rollout_key(model: str, cluster: str, engine: str, batch: RolloutBatch,
@@ -329,9 +309,7 @@ def _remember(key: _RolloutKey, r: RolloutResult) -> None:
     for a in (r.finish_time_s, r.generated_tokens, r.replica_finish_s):
         if isinstance(a, np.ndarray):
             a.flags.writeable = False
-    _ROLLOUTS[key] = r
-    if len(_ROLLOUTS) > _ROLLOUTS_MAX:
-        _ROLLOUTS.popitem(last=False)
+    _ROLLOUTS.put(key, r)
 
 
 def _merge_segments(segments: tuple, gpus_per_replica: int) -> tuple[Segment, ...]:  # type: ignore[type-arg]

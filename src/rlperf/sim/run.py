@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
 
+from rlperf.memo import BoundedMemo
 from rlperf.scenario import Scenario
 from rlperf.sim.result import SimResult
 from rlperf.sim.simulate import SimConfig, simulate
@@ -16,8 +16,7 @@ from rlperf.specs.workload import Workload
 # Draws already made in this process, by (workload, step, prompts): the planner simulates many
 # plans of one workload, and each simulation draws the same steps again. A draw is a pure
 # function of those and its arrays are read-only (rlperf.specs.workload.WorkloadSample).
-_DRAWS: OrderedDict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
-_DRAWS_MAX = 256
+_DRAWS: BoundedMemo[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = BoundedMemo(256)
 
 
 def sampler(workload: Workload) -> Callable[[int, int], tuple[np.ndarray, np.ndarray]]:
@@ -31,17 +30,13 @@ def sampler(workload: Workload) -> Callable[[int, int], tuple[np.ndarray, np.nda
     def sample(step: int, num_prompts: int) -> tuple[np.ndarray, np.ndarray]:
         got = _DRAWS.get((key, step, num_prompts))
         if got is not None:
-            _DRAWS.move_to_end((key, step, num_prompts))
             return got
         w = cache.get(num_prompts)
         if w is None:
             w = cache[num_prompts] = workload.model_copy(update={"prompts_per_step": num_prompts})
         s = w.sample(step)
-        got = _DRAWS[(key, step, num_prompts)] = (np.asarray(s.prompt_tokens, np.int64),
-                                                  np.asarray(s.response_tokens, np.int64))
-        if len(_DRAWS) > _DRAWS_MAX:
-            _DRAWS.popitem(last=False)
-        return got
+        return _DRAWS.put((key, step, num_prompts), (np.asarray(s.prompt_tokens, np.int64),
+                                                     np.asarray(s.response_tokens, np.int64)))
 
     return sample
 

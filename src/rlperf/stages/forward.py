@@ -29,11 +29,11 @@ Work and depth (:mod:`rlperf.stages.base`):
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 
+from rlperf.memo import BoundedMemo
 from rlperf.cost.memory import check_fits, forward_memory
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
@@ -119,8 +119,7 @@ def forward_pass(
 # one layout on batch after batch whose longest sequence is often the same (responses cut at the
 # length limit), and the figure depends on nothing else. LayoutCosts instances are shared per
 # (model, cluster, layout, head) and key by identity; the memo holds them, so an id is not reused.
-_ALONE: OrderedDict[tuple[LayoutCosts, int, bool], float] = OrderedDict()
-_ALONE_MAX = 4096
+_ALONE: BoundedMemo[tuple[LayoutCosts, int, bool], float] = BoundedMemo(4096)
 
 
 def longest_alone_s(costs: LayoutCosts, longest: int, backward: bool = False) -> float:
@@ -129,7 +128,6 @@ def longest_alone_s(costs: LayoutCosts, longest: int, backward: bool = False) ->
     key = (costs, longest, backward)
     got = _ALONE.get(key)
     if got is not None:
-        _ALONE.move_to_end(key)
         return got
     one = MicroBatchShapes.single(np.array([longest]))
     if backward:
@@ -139,7 +137,4 @@ def longest_alone_s(costs: LayoutCosts, longest: int, backward: bool = False) ->
             got += float(fwd.compute_s[0] + costs.backward(shard, one, fwd).compute_s[0])
     else:
         got = sum(float(costs.forward(shard, one).compute_s[0]) for shard in costs.shards)
-    _ALONE[key] = got
-    if len(_ALONE) > _ALONE_MAX:
-        _ALONE.popitem(last=False)
-    return got
+    return _ALONE.put(key, got)

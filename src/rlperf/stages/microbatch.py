@@ -32,7 +32,6 @@ sequence of a micro-batch computes as many tokens as its longest: ``padded=True`
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -40,6 +39,7 @@ from itertools import chain, pairwise
 
 import numpy as np
 
+from rlperf.memo import BoundedMemo
 from rlperf.errors import SpecError
 from rlperf.specs.parallel import TrainLayout
 
@@ -163,10 +163,8 @@ def by_token_budget(seq_tokens: np.ndarray, max_tokens: int) -> tuple[np.ndarray
 # digest of the lengths, the value is immutable (read-only arrays). The balance over the dp
 # ranks, the costlier half, is memoized on its own: every cut of one dp degree shares it.
 _Cut = tuple[str, int]  # ("tokens", budget x cp) or ("sequences", micro_batch_size)
-_PACKED: OrderedDict[tuple[bytes, int, int, _Cut], MicroBatches] = OrderedDict()
-_PACKED_MAX = 512
-_BALANCED: OrderedDict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
-_BALANCED_MAX = 256
+_PACKED: BoundedMemo[tuple[bytes, int, int, _Cut], MicroBatches] = BoundedMemo(512)
+_BALANCED: BoundedMemo[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray]] = BoundedMemo(256)
 
 
 def microbatches_for(seq_tokens: np.ndarray, layout: TrainLayout) -> MicroBatches:
@@ -177,15 +175,11 @@ def microbatches_for(seq_tokens: np.ndarray, layout: TrainLayout) -> MicroBatche
     key = (digest, arr.size, layout.dp, cut)
     hit = _PACKED.get(key)
     if hit is not None:
-        _PACKED.move_to_end(key)
         return hit
     mbs = _cut(_balanced(arr, digest, layout.dp), cut)
     for a in (mbs.lengths, mbs.sizes, mbs.rank_of):
         a.flags.writeable = False
-    _PACKED[key] = mbs
-    if len(_PACKED) > _PACKED_MAX:
-        _PACKED.popitem(last=False)
-    return mbs
+    return _PACKED.put(key, mbs)
 
 
 def _balanced(arr: np.ndarray, digest: bytes, dp: int) -> tuple[np.ndarray, np.ndarray]:
@@ -194,14 +188,11 @@ def _balanced(arr: np.ndarray, digest: bytes, dp: int) -> tuple[np.ndarray, np.n
     key = (digest, arr.size, dp)
     hit = _BALANCED.get(key)
     if hit is not None:
-        _BALANCED.move_to_end(key)
         return hit
-    parts = _BALANCED[key] = _balance(arr, dp)
+    parts = _balance(arr, dp)
     for a in parts:
         a.flags.writeable = False
-    if len(_BALANCED) > _BALANCED_MAX:
-        _BALANCED.popitem(last=False)
-    return parts
+    return _BALANCED.put(key, parts)
 
 
 def _cut_of(layout: TrainLayout) -> _Cut:

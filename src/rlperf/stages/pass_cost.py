@@ -95,7 +95,6 @@ outermost, as Megatron-Core orders its process groups):
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -103,6 +102,7 @@ from typing import Literal
 
 import numpy as np
 
+from rlperf.memo import BoundedMemo
 from rlperf.cost.lora import adapted_widths_per_layer, stage_adapter_params
 from rlperf.cost.collectives import (
     CollectiveCost,
@@ -333,14 +333,7 @@ class LayoutCosts:
         the what-ifs'), and an instance keeps the collectives it has costed: its caches are pure
         functions of its arguments, so sharing it changes no result."""
         key = (model, cluster.model_dump_json(), layout, head)
-        got = _LAYOUT_COSTS.get(key)
-        if got is None:
-            got = _LAYOUT_COSTS[key] = cls(model, cluster, layout, head)
-            if len(_LAYOUT_COSTS) > _LAYOUT_COSTS_MAX:
-                _LAYOUT_COSTS.popitem(last=False)
-        else:
-            _LAYOUT_COSTS.move_to_end(key)
-        return got
+        return _LAYOUT_COSTS.get_or_make(key, lambda: cls(model, cluster, layout, head))
 
     def __init__(self, model: ModelSpec, cluster: Cluster, layout: TrainLayout, head: Head = "logprobs") -> None:
         if layout.world_size > cluster.num_gpus:
@@ -823,8 +816,7 @@ class LayoutCosts:
         return [c for params, group in groups for c in [fn(self.cluster, params * elem_bytes / units, group)] * units]
 
 
-_LAYOUT_COSTS: OrderedDict[tuple[ModelSpec, str, TrainLayout, str], LayoutCosts] = OrderedDict()
-_LAYOUT_COSTS_MAX = 256
+_LAYOUT_COSTS: BoundedMemo[tuple[ModelSpec, str, TrainLayout, str], LayoutCosts] = BoundedMemo(256)
 
 
 def _roof(flops: np.ndarray, num_bytes: np.ndarray, ceiling: tuple[float, float]) -> Roof:

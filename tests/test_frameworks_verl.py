@@ -365,3 +365,31 @@ def test_python_none_written_in_a_megatron_setting_is_null() -> None:
                           ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=8",
                            "data.train_batch_size=64", "actor_rollout_ref.actor.ppo_mini_batch_size=16"])
     assert spec.plan.layout_for("ref").etp is None
+
+
+def test_megatron_cpu_optimizer_is_offload_optimizer_and_round_trips() -> None:
+    # verl passes <role>.optim.override_optimizer_config into Megatron-Core's OptimizerConfig;
+    # optimizer_cpu_offload with optimizer_offload_fraction 1 keeps the optimizer on host during
+    # the update. It was ignored as an optimizer hyperparameter (verl's *_96gb MoE scripts).
+    base = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=8", "data.train_batch_size=64",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=16", "actor_rollout_ref.actor.strategy=megatron"]
+    opt = "+actor_rollout_ref.actor.optim.override_optimizer_config"
+    on, rep = import_verl(None, [*base, f"{opt}.optimizer_cpu_offload=True", f"{opt}.optimizer_offload_fraction=1."])
+    assert on.plan.layouts["actor"].offload_optimizer and not on.plan.offload_between_phases
+    assert f"{opt[1:]}.optimizer_cpu_offload" in {n.key for n in rep.mapped}
+    again, _ = import_verl(None, list(export_verl(on).args))
+    assert again.plan.layouts["actor"] == on.plan.layouts["actor"]
+    # Megatron's default fraction is 0.0 (nothing offloaded); a part is listed, costed on GPU
+    for extra in ([f"{opt}.optimizer_cpu_offload=True"], [f"{opt}.optimizer_cpu_offload=True", f"{opt}.optimizer_offload_fraction=0.5"]):
+        spec, rep = import_verl(None, [*base, *extra])
+        assert not spec.plan.layouts["actor"].offload_optimizer
+        assert (f"{opt[1:]}.optimizer_offload_fraction" in {n.key for n in rep.unsupported}) == (len(extra) == 2)
+    with pytest.raises(SpecError, match=r"optimizer_offload_fraction: 2 is out of range; allowed: 0 to 1"):
+        import_verl(None, [*base, f"{opt}.optimizer_cpu_offload=True", f"{opt}.optimizer_offload_fraction=2"])
+
+
+def test_the_96gb_moe_scripts_offload_their_optimizer_to_host() -> None:
+    corpus = Path(__file__).parent / "data" / "framework_corpus" / "verl" / "examples" / "grpo_trainer"
+    for name in ("run_qwen3moe-30b_megatron_96gb.sh", "run_qwen3-235b_megatron_96gb.sh"):
+        spec, _ = load_framework_config("verl", corpus / name)
+        assert spec.plan.layouts["actor"].offload_optimizer, name

@@ -304,8 +304,12 @@ def _megatron(role: str, lay: TrainLayout, out: _Out) -> None:
         out.missing.append(f"{role}: Ulysses cp with Megatron (Megatron's cp is ring attention)")
     if lay.pp_schedule == "gpipe":
         out.missing.append(f"{role}: GPipe schedule (Megatron runs 1F1B)")
-    if role in TRAINED and (lay.offload_params or lay.offload_optimizer):
-        out.missing.append(f"{role}: CPU offload during training with Megatron")
+    if role in TRAINED and lay.offload_optimizer:
+        # Megatron-Core's CPU optimizer, whole (verl passes these into its OptimizerConfig)
+        out.add(f"{ROLE_BASE[role]}.optim.override_optimizer_config.optimizer_cpu_offload", True)
+        out.add(f"{ROLE_BASE[role]}.optim.override_optimizer_config.optimizer_offload_fraction", 1.0)
+    if role in TRAINED and lay.offload_params:
+        out.missing.append(f"{role}: parameter offload during training with Megatron")
 
 
 def _forward_micro(role: str, lay: TrainLayout, out: _Out) -> None:

@@ -34,6 +34,9 @@ Mappings (verl key -> rlperf field):
   /ep with the distributed optimizer as ZeRO-1.
 - ``param_offload``/``optimizer_offload``/``grad_offload`` of any role -> the plan's
   ``offload_between_phases`` (verl moves the states to host while the other phase runs).
+- Megatron ``<role>.optim.override_optimizer_config.optimizer_cpu_offload`` with
+  ``optimizer_offload_fraction`` 1 -> the role's ``offload_optimizer`` (Megatron-Core's CPU
+  optimizer: states on host during the update, the Adam step on the CPU).
 """
 
 from __future__ import annotations
@@ -531,9 +534,43 @@ class _Importer:
             "zero_stage": 1 if as_bool(f"{m}.use_distributed_optimizer", vals["use_distributed_optimizer"]) else 0,
         }
         lay.update(offload)
+        if role in ("actor", "critic"):
+            lay.update(self._cpu_optimizer(role))
         if vpp is not None and as_int(f"{m}.virtual_pipeline_model_parallel_size", vpp) > 1:
             lay.update(pp_schedule="interleaved", virtual_stages=as_int(f"{m}.virtual_pipeline_model_parallel_size", vpp))
         return lay
+
+    def _cpu_optimizer(self, role: str) -> dict[str, Any]:
+        """Megatron-Core's CPU optimizer of a trained role. verl copies
+        ``<role>.optim.override_optimizer_config`` into Megatron's ``OptimizerConfig``
+        (verl/utils/megatron/optimizer.py); with ``optimizer_cpu_offload`` Megatron builds a
+        ``HybridDeviceOptimizer`` whose first ``optimizer_offload_fraction`` of the parameters
+        (Megatron's default 0.0) keep their fp32 master copy and Adam states on the host and step
+        there (torch's AdamW), the gradients copied down and the weights up each step: rlperf's
+        ``offload_optimizer`` when the fraction is 1. Unlike ``megatron.optimizer_offload``
+        (states parked on host between phases, loaded back for the update), this holds during
+        the update itself."""
+        prefix = f"{ROLE_BASE[role]}.optim.override_optimizer_config"
+        on_key, frac_key = f"{prefix}.optimizer_cpu_offload", f"{prefix}.optimizer_offload_fraction"
+        on = as_bool(on_key, self.r.get(on_key, False)) if self.r.has(on_key) else False
+        fraction = as_float(frac_key, self.r.get(frac_key, None), 0.0, 1.0) if self.r.has(frac_key) else 0.0
+        if not on:
+            if self.r.has(on_key):
+                self.rec.map(on_key, on, f"{role} optimizer on GPU")
+            if self.r.has(frac_key):
+                self.rec.map(frac_key, fraction, "unused (optimizer_cpu_offload is off)")
+            return {}
+        if fraction >= 1.0:
+            self.rec.map(on_key, on, f"{role} optimizer states and Adam step on host (offload_optimizer)")
+            self.rec.map(frac_key, fraction, "the whole optimizer on host")
+            return {"offload_optimizer": True}
+        if fraction <= 0.0:
+            self.rec.map(on_key, on, f"{role}: optimizer_offload_fraction {fraction:g} (Megatron's default 0.0) offloads nothing: optimizer on GPU")
+            return {}
+        self.rec.unsupported_key(frac_key, fraction, f"a part of the {role} optimizer on host is not modelled: costed whole on GPU "
+                                 f"(its {fraction:.0%} on host not subtracted, nor its CPU step added)")
+        self.r.touch(on_key)
+        return {}
 
     def _micro(self, role: str) -> dict[str, Any]:
         base = ROLE_BASE[role]

@@ -151,6 +151,8 @@ UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
     ("*.fsdp_config.dtype", "training compute is costed in bf16", ("bfloat16", "bf16")),
     ("*.fsdp_config.mixed_precision.*", "mixed precision is costed as bf16 compute, fp32 reduce", ()),
     ("*.fsdp_config.offload_policy", "read for the actor only", (False,)),
+    ("*.optim.override_optimizer_config.optimizer_cpu_offload", "Megatron's CPU optimizer: read for Megatron actors and critics", (False,)),
+    ("*.optim.override_optimizer_config.optimizer_offload_fraction", "read with optimizer_cpu_offload", (0, 0.0)),
     ("*.override_transformer_config.*_fusion", "the profile's kernel efficiencies assume fused kernels", (True,)),
     ("*.override_transformer_config.persist_layer_norm", "the profile's kernel efficiencies assume fused kernels", (True,)),
     ("*.override_transformer_config.moe_grouped_gemm", "expert GEMMs are costed grouped", (True,)),

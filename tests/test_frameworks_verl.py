@@ -393,3 +393,40 @@ def test_the_96gb_moe_scripts_offload_their_optimizer_to_host() -> None:
     for name in ("run_qwen3moe-30b_megatron_96gb.sh", "run_qwen3-235b_megatron_96gb.sh"):
         spec, _ = load_framework_config("verl", corpus / name)
         assert spec.plan.layouts["actor"].offload_optimizer, name
+
+
+@pytest.mark.parametrize("extra, key, allowed", [
+    (["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192"], "actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "9,216"),
+    (["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"],
+     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "4,608"),
+    (["actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=4096"], "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", "9,216"),
+    (["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.context_parallel_size=2",
+      "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4000"], "actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "4,608"),
+])
+def test_a_token_budget_below_the_padded_sequence_is_refused_as_verl_asserts(extra: list[str], key: str, allowed: str) -> None:
+    # verl's legacy workers (the default) cut micro-batches of the batch padded to prompt cap +
+    # response cap; rearrange_micro_batches asserts the budget x cp covers that width. It was
+    # accepted, and rlperf costed each over-long sequence alone in its micro-batch.
+    base = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=8", "data.train_batch_size=64",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=16", "data.max_prompt_length=1024", "data.max_response_length=8192",
+            "actor_rollout_ref.actor.use_dynamic_bsz=True"]
+    with pytest.raises(SpecError, match=rf"^{re.escape(key)}: .* fewer than the 9,216-token padded sequences .*; allowed: >= {allowed}$"):
+        import_verl(None, [*base, *extra])
+    import_verl(None, [*base, f"{key}=9216"])  # the caps' sum fits
+    # the new engine unpads first and asserts on actual lengths: listed, not refused
+    _, rep = import_verl(None, [*base, *extra, "trainer.use_legacy_worker_impl=disable"])
+    assert key in {n.key for n in rep.unsupported}
+
+
+def test_export_raises_a_token_budget_below_the_padded_sequence_to_what_verl_takes() -> None:
+    # an rlperf plan may hold a budget below the longest sequence (that sequence alone in its
+    # micro-batch: the planner's rescue halves budgets); verl would assert on it
+    spec, _ = import_verl(None, ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "data.train_batch_size=64",
+                                 "actor_rollout_ref.actor.ppo_mini_batch_size=16", "data.max_prompt_length=1024",
+                                 "data.max_response_length=8192", "actor_rollout_ref.actor.use_dynamic_bsz=True"])
+    actor = spec.plan.layouts["actor"].model_copy(update={"max_tokens_per_microbatch": 4096})
+    small = spec.model_copy(update={"plan": spec.plan.model_copy(update={"layouts": {**spec.plan.layouts, "actor": actor}})})
+    exported = export_verl(small)
+    assert "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=9216" in exported.args
+    assert any("token budget 4,096" in m and "written as 9,216" in m for m in exported.not_expressible)
+    assert not any("token budget" in m for m in export_verl(spec).not_expressible)

@@ -79,8 +79,10 @@ def export_verl(scenario: ScenarioSpec | Scenario) -> ExportResult:
     prefix = _placement_and_mode(spec, out)
     _algorithm(spec, out, train_batch=prefix != FULLY_ASYNC)
     roles = [r for r in roles_in_use(spec) if r in ROLE_BASE]
+    caps = workload_caps(spec)
+    width = caps.prompt_cap_tokens + caps.response_cap_tokens
     for role in roles:
-        _layout(role, spec.plan.layout_for(role), out)
+        _layout(role, spec.plan.layout_for(role), out, width)
     _offload(spec.plan, roles, out)
     _engine(spec.plan, out)
     out.missing.extend(workload_notes(spec, "verl"))
@@ -250,7 +252,20 @@ def _strategy(lay: TrainLayout) -> str:
     return "fsdp" if fsdp_ok else "megatron"
 
 
-def _layout(role: str, lay: TrainLayout, out: _Out) -> None:
+def _budget(role: str, what: str, budget: int, lay: TrainLayout, width: int, out: _Out) -> int:
+    """A token budget as verl takes it: ``budget x cp`` must cover the batch padded to prompt
+    cap + response cap (``rearrange_micro_batches`` asserts it). rlperf costs a longer sequence
+    alone in its micro-batch; verl's smallest budget that runs holds exactly that sequence, so
+    the peak micro-batch is the same and the budget is raised to it, said in ``missing``."""
+    need = -(-width // lay.cp)
+    if budget >= need:
+        return budget
+    out.missing.append(f"{role}: {what} token budget {budget:,} x cp {lay.cp} is below the {width:,}-token padded sequences "
+                       f"verl asserts it covers; written as {need:,} (the peak micro-batch either way: the longest possible sequence's)")
+    return need
+
+
+def _layout(role: str, lay: TrainLayout, out: _Out, width: int) -> None:
     base = ROLE_BASE[role]
     strategy = _strategy(lay)
     micro_k, dyn_k, tok_k = ROLE_MICRO[role]
@@ -265,9 +280,9 @@ def _layout(role: str, lay: TrainLayout, out: _Out) -> None:
         _megatron(role, lay, out)
     out.set(f"{base}.{dyn_k}", lay.max_tokens_per_microbatch is not None)
     if lay.max_tokens_per_microbatch is not None:
-        out.set(f"{base}.{tok_k}", lay.max_tokens_per_microbatch)
+        out.set(f"{base}.{tok_k}", _budget(role, "the", lay.max_tokens_per_microbatch, lay, width, out))
     out.set(f"{base}.{micro_k}", lay.micro_batch_size)
-    _forward_micro(role, lay, out)
+    _forward_micro(role, lay, out, width)
     if role in TRAINED and lay.lora_rank:
         out.set(f"{ROLE_MODEL[role]}.lora_rank", lay.lora_rank)
     elif lay.lora_rank:
@@ -312,7 +327,7 @@ def _megatron(role: str, lay: TrainLayout, out: _Out) -> None:
         out.missing.append(f"{role}: parameter offload during training with Megatron")
 
 
-def _forward_micro(role: str, lay: TrainLayout, out: _Out) -> None:
+def _forward_micro(role: str, lay: TrainLayout, out: _Out, width: int) -> None:
     """The forward-only passes' micro-batching of a trained role, where it differs from training
     (the actor's old-policy log-probs: ``rollout.log_prob_*``; the critic's values: ``forward_*``)."""
     keys = {
@@ -328,7 +343,7 @@ def _forward_micro(role: str, lay: TrainLayout, out: _Out) -> None:
             out.missing.append(f"{role}: a forward token budget with fixed training micro-batches (verl's critic shares use_dynamic_bsz)")
         if dyn_k is not None:
             out.set(dyn_k, True)
-        out.set(tok_k, lay.forward_max_tokens_per_microbatch)
+        out.set(tok_k, _budget(role, "the forward passes'", lay.forward_max_tokens_per_microbatch, lay, width, out))
     if lay.forward_micro_batch_size is not None:
         if dyn_k is not None and lay.forward_max_tokens_per_microbatch is None:
             out.set(dyn_k, False)

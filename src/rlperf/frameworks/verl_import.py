@@ -156,6 +156,7 @@ class _Importer:
         self.gpu = gpu
         self.mean_response_tokens = mean_response_tokens
         self.offload = False
+        self.caps = (0, 0)  # (prompt cap, response cap), read with the batches
 
     def get(self, key: str, note: str = "") -> Any:
         return self.r.get(key, DEFAULTS.get(key), note)
@@ -359,6 +360,7 @@ class _Importer:
                 raise SpecError(f"{ACTOR}.ppo_mini_batch_size", f"{mini} does not divide data.train_batch_size ({prompts})")
             minibatches = prompts // mini
         caps = [self.get_int(k, n_) for k, n_ in (("data.max_prompt_length", "prompt cap"), ("data.max_response_length", "response cap"))]
+        self.caps = (caps[0], caps[1])
         workload = generic_workload(prompts, n, caps[0], caps[1], self.mean_response_tokens, self.rec, SOURCE_KEYS)
         key = f"{ROLLOUT}.max_model_len"
         context = self.r.get(key, None)
@@ -417,7 +419,8 @@ class _Importer:
             raise SpecError(strategy_key, f"unknown strategy {strategy!r}", "fsdp, fsdp2, megatron")
         self.rec.map(strategy_key, strategy, "FSDP = ZeRO-3" if strategy != "megatron" else "Megatron-Core")
         lay = self._megatron(role) if strategy == "megatron" else self._fsdp(role)
-        lay.update(self._micro(role))
+        cp_key = f"{base}.megatron.context_parallel_size" if strategy == "megatron" else f"{base}.ulysses_sequence_parallel_size"
+        lay.update(self._micro(role, lay["cp"], cp_key))
         if role in ("actor", "critic"):
             lay["lora_rank"] = self._lora(role)
         # verl's Megatron workers pack sequences (thd) unless <role>.megatron.use_remove_padding
@@ -572,7 +575,7 @@ class _Importer:
         self.r.touch(on_key)
         return {}
 
-    def _micro(self, role: str) -> dict[str, Any]:
+    def _micro(self, role: str, cp: int, cp_key: str) -> dict[str, Any]:
         base = ROLE_BASE[role]
         micro_k, dyn_k, tok_k = (f"{base}.{k}" for k in ROLE_MICRO[role])
         actor_micro, actor_dyn, actor_tok = (f"{ACTOR}.{k}" for k in ROLE_MICRO["actor"])
@@ -588,6 +591,8 @@ class _Importer:
             self.rec.map(dyn_k, dyn, f"{role} dynamic batching")
             self.rec.map(tok_k, tok, f"{role} max_tokens_per_microbatch")
             out["max_tokens_per_microbatch"] = tok
+            source = tok_k if self.r.has(tok_k) or fallback[2] is None or not self.r.has(fallback[2]) else fallback[2]
+            self._check_budget(source, tok, cp, cp_key)
         else:
             self.r.touch(tok_k)
             self.rec.map(dyn_k, dyn, f"{role} fixed micro-batches")
@@ -599,10 +604,10 @@ class _Importer:
         else:
             self.rec.map(micro_k, micro, f"{role} micro_batch_size")
         out["micro_batch_size"] = as_int(micro_k, micro)
-        out.update(self._forward_micro(role, dyn))
+        out.update(self._forward_micro(role, dyn, cp, cp_key))
         return out
 
-    def _forward_micro(self, role: str, train_dyn: bool) -> dict[str, Any]:
+    def _forward_micro(self, role: str, train_dyn: bool, cp: int, cp_key: str) -> dict[str, Any]:
         """How a trained role cuts its forward-only passes (the actor's old-policy log-probs,
         the critic's values): verl's ``rollout.log_prob_*`` and ``critic.forward_*`` keys, which
         default to the training settings (``oc.select``)."""
@@ -621,6 +626,7 @@ class _Importer:
         if dyn and self.r.has(tok_k):
             out["forward_max_tokens_per_microbatch"] = as_int(tok_k, self.r.get(tok_k, None))
             self.rec.map(tok_k, out["forward_max_tokens_per_microbatch"], f"{role} forward_max_tokens_per_microbatch")
+            self._check_budget(tok_k, out["forward_max_tokens_per_microbatch"], cp, cp_key)
         elif self.r.has(tok_k):
             self.r.touch(tok_k)
             self.rec.map(tok_k, self.r.flat[tok_k], "unused (fixed micro-batches)")
@@ -634,6 +640,30 @@ class _Importer:
         if dyn != train_dyn:
             self.rec.assume(f"{role}: forward passes {'by token budget' if dyn else 'in fixed micro-batches'} while training is not; costed with the forward settings where given")
         return out
+
+    def _check_budget(self, key: str, budget: int, cp: int, cp_key: str) -> None:
+        """A dynamic-batch token budget holds the longest sequence. verl's workers cut
+        micro-batches with ``rearrange_micro_batches(batch, budget x cp)`` (cp: the role's
+        Ulysses or Megatron context-parallel size), which asserts ``max_token_len >=`` the
+        batch's sequence length, since verl #118 (Jan 2025). Its legacy workers (the default,
+        ``trainer.use_legacy_worker_impl`` auto) hold the batch padded to the prompt cap plus
+        the response cap, so a budget below that fails at the first update whatever the lengths;
+        the new engine (``disable``) unpads first and asserts on the longest actual sequence
+        (listed here; rlperf costs such a sequence alone in its micro-batch)."""
+        prompt, response = self.caps
+        width = prompt + response
+        if budget * cp >= width:
+            return
+        times = f" x {cp_key.rsplit('.', 1)[-1]} {cp}" if cp > 1 else ""
+        legacy_key = "trainer.use_legacy_worker_impl"
+        if str(self.r.get(legacy_key, None) or "auto") == "disable":
+            self.rec.map(legacy_key, "disable", "verl's new worker engine (unpadded batches)")
+            self.rec.unsupported_key(key, budget, f"{budget:,}{times} tokens hold no sequence longer than that; verl's new "
+                                     "engine asserts on one, rlperf costs it alone in its micro-batch")
+            return
+        raise SpecError(key, f"{budget:,}{times} tokens are fewer than the {width:,}-token padded sequences (data.max_prompt_length "
+                        f"{prompt:,} + data.max_response_length {response:,}); verl's rearrange_micro_batches asserts max_token_len "
+                        "covers them", f">= {math.ceil(width / cp):,}")
 
     def _fallback(self, key: str | None, default: Any) -> Any:
         if key is None:

@@ -75,3 +75,20 @@ def test_verl_megatron_packs_unless_its_engine_says_not() -> None:
     for spec in (packed, padded):
         again, _ = load_framework_config("verl", None, export_verl(spec).args)
         assert again.plan.layouts["actor"].packing == spec.plan.layouts["actor"].packing
+
+
+def test_framework_default_plans_hold_logits_as_the_framework_does() -> None:
+    """verl's default plan (FSDP, packed) takes its forward log-probs from bf16 logits, as an
+    imported verl config does; OpenRLHF's Actor.forward upcasts them to fp32 first. The verl
+    default plan's log-prob pass then holds half the logits bytes of an fp32 copy."""
+    from rlperf.frameworks import get_framework
+    from rlperf.scenario import load_scenario_spec
+
+    spec = load_scenario_spec("grpo-qwen2.5-7b-colocated-sync")
+    verl = get_framework("verl").default_plan(spec).layout_for("actor")
+    assert verl.forward_logits_dtype == "bf16" and verl.packing and verl.backend == "fsdp"
+    assert _import("actor_rollout_ref.model.use_remove_padding=true").forward_logits_dtype == verl.forward_logits_dtype
+    assert get_framework("OpenRLHF").default_plan(spec).layout_for("actor").forward_logits_dtype == "fp32"
+    tokens = 16384
+    held = forward_memory(MODEL, verl.model_copy(update={"dp": 8}), tokens).logits_bytes
+    assert held == tokens * MODEL.vocab_size * 2

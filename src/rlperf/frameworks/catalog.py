@@ -54,8 +54,13 @@ def verl() -> FrameworkPreset:
             offload_between_phases=False,
             max_tokens_per_microbatch=16384,
             max_num_seqs=1024,
+            # dp_actor._forward_micro_batch divides the model's bf16 logits by the temperature in
+            # place and takes log-probs with flash-attn's in-place cross-entropy (both paths,
+            # with and without remove-padding): no fp32 copy (the importer's rule, d55f57d)
+            forward_logits_dtype="bf16",
             source="verl ppo_trainer.yaml: hybrid_engine, strategy fsdp, rollout tp 2, gpu_memory_utilization 0.5,"
-            " max_num_seqs 1024, param/optimizer offload off, gradient checkpointing on, ppo_max_token_len_per_gpu 16384",
+            " max_num_seqs 1024, param/optimizer offload off, gradient checkpointing on, ppo_max_token_len_per_gpu 16384;"
+            " dp_actor: forward log-probs from the bf16 logits",
             assumed=("dynamic batching on (use_dynamic_bsz defaults off, but then ppo_micro_batch_size_per_gpu has no default)",),
         ),
         sources=("verl-readme", "verl-async", "hf-async"),

@@ -145,6 +145,7 @@ def _train_layout(model: ModelSpec, d: PlanDefaults, hbm: float, node: int, gpus
         recompute=d.recompute,
         micro_batch_size=d.micro_batch_size,
         max_tokens_per_microbatch=d.max_tokens_per_microbatch,
+        forward_logits_dtype=d.forward_logits_dtype,
         cp_kind="ulysses" if d.backend == "fsdp" else "ring",
         sequence_parallel=d.backend == "megatron",
         backend="megatron" if d.backend == "megatron" else "fsdp",  # DeepSpeed ZeRO engines cost as FSDP

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from rlperf.errors import SpecError, unknown_name
-from rlperf.specs.parallel import Recompute, ZeroStage
+from rlperf.specs.parallel import LogitsDtype, Recompute, ZeroStage
 from rlperf.specs.plan import ModeKind, PlacementKind
 
 if TYPE_CHECKING:
@@ -106,6 +106,9 @@ class PlanDefaults:
     max_num_seqs: int | None = None
     """Engine's concurrent sequences; None: rlperf's engine default (vLLM's 256)."""
     prefix_sharing: bool = True
+    forward_logits_dtype: LogitsDtype = "fp32"
+    """dtype the forward-only passes take log-probs from (``TrainLayout.forward_logits_dtype``):
+    fp32 where the framework upcasts the logits first (OpenRLHF's ``Actor.forward``)."""
     assumed: tuple[str, ...] = ()
     """Numbers above that no document gives (rlperf's choice, said here)."""
 

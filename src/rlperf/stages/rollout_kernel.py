@@ -74,7 +74,9 @@ class CallPlanner:
         step: StepModel = replicas[0].step
         self.book = bk
         n_req = bk.num_requests
-        self.cached = np.zeros(n_req, np.bool_) if cached is None else np.ascontiguousarray(cached, np.bool_)
+        # A writable copy: numba compiles (and loads from its cache) one machine code per
+        # argument type, and a read-only array is another type (a second 0.5 MB load).
+        self.cached = np.zeros(n_req, np.bool_) if cached is None else np.array(cached, np.bool_)
         if initial is None:
             self.cols = np.array([bk.prompt, bk.response, bk.target, bk.generated, bk.status, bk.join_step,
                                   bk.private_kv, bk.order], np.int64).reshape(8, n_req)

@@ -85,6 +85,10 @@ def test_an_alias_keeps_its_own_context() -> None:
     assert load_model("Qwen2.5-7B").max_position_embeddings == 131072
     assert load_model("Qwen/Qwen2.5-7B-Instruct").max_position_embeddings == 32768
     assert load_model("Qwen2.5-72B-Instruct").max_position_embeddings == 32768
+    # 0.5B and 3B: Instruct and base config.json both say 32,768 (no alias entry needed)
+    for size in ("0.5B", "3B"):
+        assert load_model(f"Qwen/Qwen2.5-{size}-Instruct").max_position_embeddings == 32768
+        assert load_model(f"Qwen2.5-{size}").max_position_embeddings == 32768
 
 
 def test_verl_override_config_lifts_the_limit_and_round_trips(tmp_path: Path) -> None:

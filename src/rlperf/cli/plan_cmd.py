@@ -198,7 +198,8 @@ def render_answer(ans: PlanAnswer) -> None:
             + (f" ${p.cost_usd_per_step:,.2f}" if p.cost_usd_per_step is not None else "") for p in ans.sweep))
     yours = ans.user_memory if ans.user_memory and res.user is not None and res.user.plan != b.plan else ()
     hbm = fmt_bytes(sc.cluster.accelerator.hbm_bytes)
-    render_memory(f"memory per GPU of {hbm} HBM (peak micro-batch at the longest sequence)",
+    render_memory(f"memory per GPU of {hbm} HBM: worst case, micro-batches of sequences at the length cap "
+                  "(decides the fit); at mean: of mean-length sequences",
                   (("best", ans.memory), ("yours", yours)))
     if ans.explanation is not None:
         gap = ans.explanation.bound_gap
@@ -264,12 +265,13 @@ def render_run(run: RunTotals) -> None:
             f"step {p.step + 1} (mean {p.mean_response_tokens:,.0f}) {fmt_s(p.step_time_s)}" for p in run.points))
 
 
-MEMORY_COLUMNS = ("weights", "grads", "optimizer", "activations", "logits", "KV cache", "other", "device", "host RAM")
+MEMORY_COLUMNS = ("weights", "grads", "optimizer", "activations", "logits", "KV cache", "other", "device",
+                  "at mean", "host RAM")
 
 
 def memory_cells(r: RoleMemory) -> list[str]:
     vals = (r.weights_bytes, r.grads_bytes, r.optimizer_bytes, r.activations_bytes, r.logits_bytes, r.kv_cache_bytes,
-            r.other_bytes, r.device_bytes, r.host_bytes)
+            r.other_bytes, r.device_bytes, r.mean_device_bytes, r.host_bytes)
     return [fmt_bytes(v) if v else "-" for v in vals]
 
 
@@ -285,7 +287,7 @@ def render_memory(title: str, plans: tuple[tuple[str, tuple[RoleMemory, ...]], .
         for r in rows:
             cells = memory_cells(r)
             if r.note:
-                cells = ["-"] * (len(cells) - 2) + ["does not fit", cells[-1]]
+                cells = ["-"] * (len(cells) - 3) + ["does not fit", "-", cells[-1]]
                 notes.append(f"  {name}: {r.role} ({r.work}): {r.note}")
             t.add_row(name, f"{r.role} ({r.work})", f"{r.pool} ({r.pool_gpus})", *cells)
     console.print(t)

@@ -268,7 +268,7 @@ def _memory_rows(rows: Sequence[RoleMemory]) -> list[list[str]]:
     out = []
     for r in rows:
         vals = (r.weights_bytes, r.grads_bytes, r.optimizer_bytes, r.activations_bytes, r.logits_bytes, r.kv_cache_bytes,
-                r.other_bytes, r.device_bytes, r.capacity_bytes, r.host_bytes)
+                r.other_bytes, r.device_bytes, r.mean_device_bytes, r.capacity_bytes, r.host_bytes)
         cells = [fmt_bytes(v) if v else "-" for v in vals]
         out.append([f"{r.role} ({r.work})", f"{r.pool} ({r.pool_gpus} GPUs)", *cells, r.note])
     return out
@@ -276,12 +276,14 @@ def _memory_rows(rows: Sequence[RoleMemory]) -> list[list[str]]:
 
 def _memory_table(ans: PlanAnswer) -> str:
     heads = ["role (pass)", "pool", "weights", "grads", "optimizer", "activations", "logits", "KV cache", "other",
-             "device", "HBM", "host RAM", "does not fit"]
-    body = ["<h3>The best plan</h3>", table(heads, _memory_rows(ans.memory), numeric=tuple(range(2, 12)))]
+             "device (worst)", "device (mean lengths)", "HBM", "host RAM", "does not fit"]
+    body = ["<h3>The best plan</h3>", table(heads, _memory_rows(ans.memory), numeric=tuple(range(2, 13)))]
     if ans.user_memory:
-        body += ["<h3>Your plan</h3>", table(heads, _memory_rows(ans.user_memory), numeric=tuple(range(2, 12)))]
+        body += ["<h3>Your plan</h3>", table(heads, _memory_rows(ans.user_memory), numeric=tuple(range(2, 13)))]
     return _section("breakdown", "Memory breakdown per GPU", "\n".join(body),
-                    "Per role and pass, per GPU: the peak micro-batch at the longest sequence (rlperf.plan.memory_breakdown). "
+                    "Per role and pass, per GPU (rlperf.plan.memory_breakdown): the components at the worst micro-batch, every "
+                    "sequence at the length cap (it decides the fit); device (mean lengths): the same pass with a micro-batch of "
+                    "mean-length sequences. "
                     "other: ZeRO buffers (training) or the engine's step workspace; KV cache: what the engine preallocates.")
 
 

@@ -130,11 +130,13 @@ def longest_alone_s(costs: LayoutCosts, longest: int, backward: bool = False) ->
     if got is not None:
         return got
     one = MicroBatchShapes.single(np.array([longest]))
+    # compute only: the sequence's communication is no part of its depth (and costing the
+    # collectives at one more size was most of this function's time)
     if backward:
         got = 0.0
         for shard in costs.shards:
-            fwd = costs.forward(shard, one)
-            got += float(fwd.compute_s[0] + costs.backward(shard, one, fwd).compute_s[0])
+            fwd = costs.forward(shard, one, comm_too=False)
+            got += float(fwd.compute_s[0] + costs.backward(shard, one, fwd, comm_too=False).compute_s[0])
     else:
-        got = sum(float(costs.forward(shard, one).compute_s[0]) for shard in costs.shards)
+        got = sum(float(costs.forward(shard, one, comm_too=False).compute_s[0]) for shard in costs.shards)
     return _ALONE.put(key, got)

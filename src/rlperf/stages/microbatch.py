@@ -113,7 +113,8 @@ def as_lengths(seq_tokens: np.ndarray | Sequence[int], field: str = "seq_tokens"
     arr = np.asarray(seq_tokens)
     if arr.ndim != 1 or arr.size == 0:
         raise SpecError(field, f"need a non-empty 1-D array of token counts, got shape {arr.shape}")
-    if not np.issubdtype(arr.dtype, np.number) or np.any(arr != np.floor(arr)) or np.any(arr < 1):
+    if not np.issubdtype(arr.dtype, np.number) or np.any(arr < 1) or (
+            not np.issubdtype(arr.dtype, np.integer) and np.any(arr != np.floor(arr))):  # integers are whole
         raise SpecError(field, "token counts must be positive integers")
     return arr.astype(np.int64)
 

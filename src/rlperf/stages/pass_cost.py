@@ -332,8 +332,14 @@ class LayoutCosts:
         layout on one pool for many batches (the fast estimate's, every simulated iteration's,
         the what-ifs'), and an instance keeps the collectives it has costed: its caches are pure
         functions of its arguments, so sharing it changes no result."""
+        ident = (id(model), id(cluster), id(layout), head)
+        hit = _BY_IDENTITY.get(ident)
+        if hit is not None and hit[0] is model and hit[1] is cluster and hit[2] is layout:
+            return hit[3]
         key = (model, cluster.model_dump_json(), layout, head)
-        return _LAYOUT_COSTS.get_or_make(key, lambda: cls(model, cluster, layout, head))
+        costs = _LAYOUT_COSTS.get_or_make(key, lambda: cls(model, cluster, layout, head))
+        _BY_IDENTITY.put(ident, (model, cluster, layout, costs))
+        return costs
 
     def __init__(self, model: ModelSpec, cluster: Cluster, layout: TrainLayout, head: Head = "logprobs") -> None:
         if layout.world_size > cluster.num_gpus:
@@ -393,8 +399,9 @@ class LayoutCosts:
             self._tokens_memo = (mb, mb.tokens / self.layout.cp)
         return self._tokens_memo[1]
 
-    def forward(self, shard: StageShard, mb: MicroBatchShapes) -> PassCost:
-        """Forward of each of ``mb`` on one device of ``shard``'s stage, with its communication."""
+    def forward(self, shard: StageShard, mb: MicroBatchShapes, comm_too: bool = True) -> PassCost:
+        """Forward of each of ``mb`` on one device of ``shard``'s stage, with its communication
+        (``comm_too=False``: none, its fields zero; a depth reads only the compute)."""
         cl, t = self.cluster, self._tokens(mb)
         weights = shard.params * _C
         lin = self._linear(shard, mb, 1, weights + shard.matmul_io_per_token * t * _C)
@@ -403,7 +410,8 @@ class LayoutCosts:
         elem = self._elementwise(shard, t, LOGIT_PASSES_FORWARD, 1)
         body = lin.time_s + attn.time_s + elem.time_s
         launch, host = self._dispatch(shard, mb)
-        comm = self._comm(shard, mb, attn.time_s, forward=True, tp_passes=1, ring_passes=1, a2a_passes=1)
+        comm = self._comm(shard, mb, attn.time_s, forward=True, tp_passes=1, ring_passes=1,
+                          a2a_passes=1) if comm_too else _no_comm(t)
         return PassCost(
             flops=lin.flops + attn.flops + elem.flops,
             hbm_bytes=lin.bytes + attn.bytes + elem.bytes,
@@ -412,9 +420,9 @@ class LayoutCosts:
             attention_s=attn.time_s, **comm,
         )
 
-    def backward(self, shard: StageShard, mb: MicroBatchShapes, fwd: PassCost) -> PassCost:
+    def backward(self, shard: StageShard, mb: MicroBatchShapes, fwd: PassCost, comm_too: bool = True) -> PassCost:
         """Backward of each of ``mb`` (2x the forward's work; the layout's recompute replayed
-        first); ``fwd`` is their forward."""
+        first); ``fwd`` is their forward (``comm_too``: as in :meth:`forward`)."""
         cl, t, lay = self.cluster, self._tokens(mb), self.layout
         g = bytes_per(lay.grad_dtype)
         frozen = self._adapters[shard.stage] > 0  # LoRA: no weight gradients for the base weights
@@ -441,7 +449,7 @@ class LayoutCosts:
         comm = self._comm(
             shard, mb, attention_s, forward=False, tp_passes=1 + replay,
             ring_passes=2 + (1 if lay.recompute != "none" else 0), a2a_passes=1 + replay,
-        )
+        ) if comm_too else _no_comm(t)
         return PassCost(
             flops=flops, hbm_bytes=hbm, body_s=body, launch_s=launch, host_s=host,
             host_overlap=cl.profile.host_overlap_exponent, attention_s=attention_s, **comm
@@ -650,8 +658,7 @@ class LayoutCosts:
         lay, n = self.layout, shard.num_layers
         t = self._tokens(mb)
         if lay.tp == lay.cp == lay.ep == lay.pp == 1:  # nothing to send: skip the per-size units
-            zero = np.zeros(t.shape)
-            return {"tp_s": zero, "cp_s": zero, "ep_s": zero, "pp_s": zero, "comm_bytes": zero}
+            return _no_comm(t)
         u = self._spread(shard, mb)
         cp_s = cp_b = np.zeros(t.shape)
         if lay.cp > 1 and n:
@@ -817,6 +824,17 @@ class LayoutCosts:
 
 
 _LAYOUT_COSTS: BoundedMemo[tuple[ModelSpec, str, TrainLayout, str], LayoutCosts] = BoundedMemo(256)
+# The same spec objects ask again and again (a simulation costs one layout on batch after batch):
+# found by identity first, without hashing the specs (a pydantic model hashes every field at each
+# call) or writing the cluster's JSON. An entry holds its specs, so their ids are not reused
+# while it is kept.
+_BY_IDENTITY: BoundedMemo[tuple[int, int, int, str], tuple[ModelSpec, Cluster, TrainLayout, LayoutCosts]] = BoundedMemo(256)
+
+
+def _no_comm(t: np.ndarray) -> dict[str, np.ndarray]:
+    """:meth:`LayoutCosts._comm`'s fields of a pass that sends nothing (zeros shaped as ``t``)."""
+    zero = np.zeros(t.shape)
+    return {"tp_s": zero, "cp_s": zero, "ep_s": zero, "pp_s": zero, "comm_bytes": zero}
 
 
 def _roof(flops: np.ndarray, num_bytes: np.ndarray, ceiling: tuple[float, float]) -> Roof:

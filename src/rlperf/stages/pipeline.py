@@ -90,6 +90,8 @@ def pipeline_times(
     if m == 0:
         zero = np.zeros(num_ranks)
         return PipelineTimes(zero, zero, np.zeros(num_ranks, np.int64))
+    if p == 1:  # no fill or drain: a rank's sum, never below its longest micro-batch (times >= 0)
+        return PipelineTimes(np.bincount(rank_of, t[0], num_ranks), np.zeros(num_ranks), np.zeros(num_ranks, np.int64))
     # per stage and rank: the sum and the max over the rank's micro-batches
     per_stage = np.stack([np.bincount(rank_of, t[s], num_ranks) for s in range(p)])
     busiest = np.argmax(per_stage, axis=0)

@@ -249,3 +249,23 @@ def test_an_unset_variable_behind_a_dotted_flag_is_named() -> None:
               "http://rm --actor.num_nodes 1 --actor.num_gpus_per_node 8 --train.micro_batch_size $MICRO\n")
     with pytest.raises(SpecError, match=r"^--train\.micro_batch_size: .*--set MICRO=VALUE"):
         load_framework_config("openrlhf", script)
+
+
+def test_a_token_budget_with_autotp_holds_budget_x_tp_tokens_and_round_trips() -> None:
+    # OpenRLHF multiplies --train/rollout_max_tokens_per_gpu by ring_attn_size x
+    # ds_tensor_parallel_size (seqlen_balancing.get_minimum_num_micro_batch_size) and every tp
+    # rank holds the whole micro-batch; rlperf's budget is per device of the cp group, so the
+    # imported budget is x tp (it was the flag's value: micro-batches half as long at tp 2)
+    args = f"{BASE} --zero_stage 3 --use_dynamic_batch --train_max_tokens_per_gpu 8192 --rollout_max_tokens_per_gpu 12000"
+    one, _ = import_openrlhf(args)
+    two, rep = import_openrlhf(f"{args} --ds_tensor_parallel_size 2 --ring_attn_size 2")
+    a1, a2 = one.plan.layouts["actor"], two.plan.layouts["actor"]
+    assert (a1.max_tokens_per_microbatch, a1.forward_max_tokens_per_microbatch) == (8192, 12000)
+    assert (a2.tp, a2.cp, a2.max_tokens_per_microbatch, a2.forward_max_tokens_per_microbatch) == (2, 2, 16384, 24000)
+    assert any("x ds_tensor_parallel_size 2" in n.note for n in rep.mapped if n.key == "--train_max_tokens_per_gpu")
+    exported = export_openrlhf(two)
+    assert "8192" in exported.args[exported.args.index("--train_max_tokens_per_gpu") + 1]
+    again, _ = import_openrlhf(list(exported.args))
+    assert again.plan.layouts["actor"] == a2
+    odd = two.model_copy(update={"plan": two.plan.model_copy(update={"layouts": {"actor": a2.model_copy(update={"max_tokens_per_microbatch": 16385})}})})
+    assert any("not a multiple of tp 2" in m for m in export_openrlhf(odd).not_expressible)

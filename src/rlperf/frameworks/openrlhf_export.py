@@ -200,6 +200,16 @@ def _mode(spec: ScenarioSpec, out: _Out) -> None:
 
 
 # ---------------------------------------------------------------------- layouts and engine
+def _per_tp_gpu(budget: int, tp: int, which: str, out: _Out) -> int:
+    """OpenRLHF's per-GPU budget for rlperf's ``budget`` (tokens a micro-batch holds per device
+    of the cp group): OpenRLHF multiplies its flag by ``ds_tensor_parallel_size`` as well."""
+    per_gpu = -(-budget // tp)
+    if per_gpu * tp != budget:
+        out.missing.append(f"{which} token budget {budget:,} is not a multiple of tp {tp}: written as {per_gpu:,} per GPU "
+                           f"({per_gpu * tp:,} per micro-batch)")
+    return per_gpu
+
+
 def _layout(spec: ScenarioSpec, out: _Out) -> None:
     lay = spec.plan.layout_for("actor")
     for role in roles_in_use(spec):
@@ -226,13 +236,13 @@ def _layout(spec: ScenarioSpec, out: _Out) -> None:
         out.set("packing_samples")
     if lay.max_tokens_per_microbatch is not None:
         out.set("use_dynamic_batch")
-        out.set("train_max_tokens_per_gpu", lay.max_tokens_per_microbatch)
+        out.set("train_max_tokens_per_gpu", _per_tp_gpu(lay.max_tokens_per_microbatch, lay.tp, "train", out))
     # forward passes (make_experience): their own micro-batch, or token budget when dynamic
     if lay.forward_max_tokens_per_microbatch is not None:
         if lay.max_tokens_per_microbatch is None:
             out.missing.append("a forward token budget with fixed training micro-batches: OpenRLHF's --use_dynamic_batch covers both")
         else:
-            out.set("rollout_max_tokens_per_gpu", lay.forward_max_tokens_per_microbatch)
+            out.set("rollout_max_tokens_per_gpu", _per_tp_gpu(lay.forward_max_tokens_per_microbatch, lay.tp, "rollout", out))
     if lay.forward_micro_batch_size is not None:
         out.set("micro_rollout_batch_size", lay.forward_micro_batch_size)
     if lay.offload_optimizer:

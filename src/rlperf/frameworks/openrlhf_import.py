@@ -439,6 +439,11 @@ class _Importer:
         tp = self.int_("ds_tensor_parallel_size", "tp (DeepSpeed AutoTP)")
         cp = self.int_("ring_attn_size", "cp (ring attention)")
         dyn = self.flag("use_dynamic_batch", "dynamic batching")
+        # OpenRLHF's budgets are per GPU of a ring x tp group: a micro-batch holds
+        # max_tokens_per_gpu x ring_attn_size x ds_tensor_parallel_size tokens
+        # (seqlen_balancing.get_minimum_num_micro_batch_size), every tp rank computing all of
+        # them; rlperf's budget is per device of the cp group (x cp): x tp here
+        per_tp = f" (x ds_tensor_parallel_size {tp}: every tp rank holds the group's micro-batch)" if tp > 1 else ""
         base: dict[str, Any] = {
             "tp": tp,
             "cp": cp,
@@ -447,7 +452,7 @@ class _Importer:
             "zero_stage": self.int_("zero_stage", "ZeRO stage", lo=0),
             "recompute": "full" if self.flag("gradient_checkpointing", "recompute") else "none",
             "micro_batch_size": self.int_("micro_train_batch_size", "micro_batch_size"),
-            "max_tokens_per_microbatch": self.int_("train_max_tokens_per_gpu", "max_tokens_per_microbatch") if dyn else None,
+            "max_tokens_per_microbatch": tp * self.int_("train_max_tokens_per_gpu", "max_tokens_per_microbatch" + per_tp) if dyn else None,
             "offload_optimizer": self.flag("adam_offload", "CPU optimizer"),
             # OpenRLHF trains with DeepSpeed, whose ZeRO-3 coordinator (fetch_sub_module) gathers
             # each submodule's parameters from its own hook: one all-gather per linear projection.
@@ -455,7 +460,7 @@ class _Importer:
             # make_experience's forward passes (reference, old log-probs, values, reward model):
             # --micro_rollout_batch_size, or --rollout_max_tokens_per_gpu with dynamic batching
             "forward_micro_batch_size": self._forward("micro_rollout_batch_size", not dyn),
-            "forward_max_tokens_per_microbatch": self._forward("rollout_max_tokens_per_gpu", dyn),
+            "forward_max_tokens_per_microbatch": self._forward("rollout_max_tokens_per_gpu", dyn, tp),
             # Without --packing_samples OpenRLHF pads each micro-batch to its longest sequence.
             "packing": "packing_samples" in self.values,
         }
@@ -476,14 +481,19 @@ class _Importer:
             layouts[role] = {**base, "dp": gpus // (tp * cp)}
         return layouts
 
-    def _forward(self, name: str, used: bool) -> int | None:
-        """A forward-pass micro-batch setting where the command line gives it (None: training's)."""
+    def _forward(self, name: str, used: bool, tokens_per_gpu_times: int = 1) -> int | None:
+        """A forward-pass micro-batch setting where the command line gives it (None: training's);
+        a token budget per GPU is multiplied by the tp degree (as the training budget)."""
         if name not in self.values or self.values[name] is None:
             return None
         if not used:
             self.rec.map(f"--{name}", self.values[name], "unused (the other batching mode is on)")
             return None
-        return self.int_(name, f"forward passes: {name.replace('micro_rollout_batch_size', 'forward_micro_batch_size').replace('rollout_max_tokens_per_gpu', 'forward_max_tokens_per_microbatch')}")
+        field = name.replace("micro_rollout_batch_size", "forward_micro_batch_size").replace("rollout_max_tokens_per_gpu", "forward_max_tokens_per_microbatch")
+        if name != "rollout_max_tokens_per_gpu":
+            return self.int_(name, f"forward passes: {field}")
+        times = tokens_per_gpu_times
+        return times * self.int_(name, f"forward passes: {field}" + (f" (x ds_tensor_parallel_size {times})" if times > 1 else ""))
 
     def _engine(self, gpus: int) -> dict[str, Any]:
         engines, vtp = self._engines()

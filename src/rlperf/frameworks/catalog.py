@@ -54,9 +54,10 @@ def verl() -> FrameworkPreset:
             offload_between_phases=False,
             max_tokens_per_microbatch=16384,
             max_num_seqs=1024,
-            # dp_actor._forward_micro_batch divides the model's bf16 logits by the temperature in
-            # place and takes log-probs with flash-attn's in-place cross-entropy (both paths,
-            # with and without remove-padding): no fp32 copy (the importer's rule, d55f57d)
+            # dp_actor._forward_micro_batch with remove-padding (the default plan packs) divides
+            # the model's bf16 logits by the temperature in place and takes log-probs with
+            # flash-attn's in-place cross-entropy: one bf16 copy (the importer's rule, d55f57d;
+            # the padded path slices the responses out and reshapes them, a second bf16 copy)
             forward_logits_dtype="bf16",
             source="verl ppo_trainer.yaml: hybrid_engine, strategy fsdp, rollout tp 2, gpu_memory_utilization 0.5,"
             " max_num_seqs 1024, param/optimizer offload off, gradient checkpointing on, ppo_max_token_len_per_gpu 16384;"

@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 
 from rlperf.catalog import load_model
-from rlperf.cost.lora import adapter_params_per_layer, stage_adapter_params
+from rlperf.cost.lora import MERGE_BYTES_PER_WEIGHT, adapter_params_per_layer, merge_cost, stage_adapter_params
 from rlperf.cost.memory import train_memory
 from rlperf.errors import SpecError
 from rlperf.specs.hardware_catalog import make_cluster
-from rlperf.specs.parallel import TrainLayout
+from rlperf.specs.parallel import EngineLayout, TrainLayout
+from rlperf.specs.plan import WeightSync
+from rlperf.stages.weight_sync import reshard_colocated
 from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes
 
 QWEN3B = load_model("Qwen2.5-3B")
@@ -102,3 +104,34 @@ def test_planner_and_default_plans_keep_the_runs_lora() -> None:
     })
     assert {lay.lora_rank for lay in train_layouts(resolve(spec))} == {8}
     assert build_default_plan(get_framework("verl"), spec).plan.layout_for("actor").lora_rank == 8
+
+
+def test_merging_the_adapters_passes_over_every_adapted_weight_on_each_rank() -> None:
+    """DeepSpeed's hybrid engine fuses W += s (A B) into each gathered weight: Qwen2.5-3B adapts
+    d(2q + 2kv) + 3 d f = 2048 x (4096 + 512) + 3 x 2048 x 11008 = 77,070,336 weights a layer;
+    each costs the product's write and the scaling and add passes (12 bytes, memory bound at a
+    low rank), plus reading the two rank-r factors. The sync adds exactly that on every rank."""
+    cluster = make_cluster("H100", num_gpus=8)
+    weights = 36 * 77_070_336
+    seconds, num_bytes = merge_cost(QWEN3B, cluster, 16, "bf16")
+    factors = 36 * 2 * 16 * 51_968  # A and B of every adapted linear, read by the product
+    assert num_bytes == pytest.approx(MERGE_BYTES_PER_WEIGHT * weights + factors)
+    # at least every byte at the HBM rate, and every kernel's launch (3 per linear, 7 linears)
+    hbm = cluster.accelerator.hbm_bandwidth_bytes_per_s * cluster.profile.hbm_efficiency
+    launches = 36 * 7 * 3 * cluster.profile.kernel_launch_s
+    assert seconds >= num_bytes / hbm + launches
+    assert merge_cost(QWEN3B, cluster, 0, "bf16") == (0.0, 0.0)
+
+    engine = EngineLayout(tp=2, replicas=4)
+    lora = TrainLayout(dp=8, zero_stage=3, lora_rank=16)
+    plain = reshard_colocated(QWEN3B, cluster, lora, engine)
+    merged = reshard_colocated(QWEN3B, cluster, lora, engine, sync=WeightSync(lora_merge=True))
+    assert merged.time_s - plain.time_s == pytest.approx(seconds)
+    assert dict(merged.breakdown)["lora_merge"] == pytest.approx(seconds)
+    # full fine-tuning has nothing to merge
+    full = TrainLayout(dp=8, zero_stage=3)
+    assert reshard_colocated(QWEN3B, cluster, full, engine, sync=WeightSync(lora_merge=True)).time_s == plain_time(full, engine)
+
+
+def plain_time(layout: TrainLayout, engine: EngineLayout) -> float:
+    return reshard_colocated(QWEN3B, make_cluster("H100", num_gpus=8), layout, engine).time_s

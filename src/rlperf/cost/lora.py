@@ -27,14 +27,30 @@ What the step costs instead of full fine-tuning (module docstring of
 - gradients, optimizer states, the gradient reduce-scatter and the optimizer step cover the
   adapters only; the frozen weights keep their ``param_dtype`` copy (gathered as before).
 
+Merging the adapters into the weights before an engine reads them (:func:`merge_cost`,
+priced in the weight sync, :mod:`rlperf.stages.weight_sync`): DeepSpeed's hybrid engine
+(``DeepSpeedHybridEngine._fuse_lora``, ``v0.9.0``) runs ``weight.data += scaling *
+torch.matmul(A^T, B^T)`` for every adapted linear of every layer on each rank's gathered full
+weights, before it copies its tensor-parallel slice into the inference containers. Per adapted
+weight element (``d_in x d_out`` of each linear, in the weights' dtype): the rank-``r`` product
+(``2 r`` FLOPs, the full-size result written, 2 bytes), the scaling (read 2, write 2) and the
+in-place add (read 4, write 2): ``MERGE_BYTES_PER_WEIGHT`` = 12 bytes, three kernels per linear.
+
 MoE experts and MLA's low-rank projections are not covered (``lora_rank`` is refused there).
 """
 
 from __future__ import annotations
 
+from rlperf.cost.roofline import elementwise, gemm
 from rlperf.errors import SpecError
+from rlperf.specs.dtypes import bytes_per
+from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import TrainLayout
+
+MERGE_SCALE_BYTES = 4.0  # ``scaling * (A B)``: reads and writes the full-size product (2 + 2)
+MERGE_ADD_BYTES = 6.0  # ``weight.data += ...``: reads the weight and the product, writes the weight
+MERGE_BYTES_PER_WEIGHT = 2.0 + MERGE_SCALE_BYTES + MERGE_ADD_BYTES  # with the product's write
 
 
 def adapted_widths_per_layer(model: ModelSpec, tp: int = 1) -> tuple[float, float]:
@@ -63,3 +79,30 @@ def stage_adapter_params(model: ModelSpec, layout: TrainLayout, num_layers: int)
     if layout.lora_rank == 0:
         return 0.0
     return num_layers * adapter_params_per_layer(model, layout.lora_rank, layout.tp)
+
+
+def adapted_linears(model: ModelSpec) -> tuple[tuple[int, int], ...]:
+    """(d_in, d_out) of each adapted linear of one decoder layer, whole (no tp split): q, k, v,
+    o, the MLP's up matrices and its down matrix (module docstring)."""
+    adapted_widths_per_layer(model)  # refuses MoE and MLA models
+    d, f, ups = model.hidden_size, model.intermediate_size, model.mlp.num_matrices - 1
+    q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    return ((d, q), (d, kv), (d, kv), (q, d), *((d, f),) * ups, (f, d))
+
+
+def merge_cost(model: ModelSpec, cluster: Cluster, rank: int, dtype: str) -> tuple[float, float]:
+    """(seconds, HBM bytes) of merging rank-``rank`` adapters into every adapted weight of
+    ``model`` on one GPU that holds the whole weights in ``dtype`` (module docstring): per linear,
+    the product ``A B`` as a GEMM (``d_out x d_in`` output, inner dimension ``rank``), then the
+    scaling and the in-place add as elementwise passes over the weight."""
+    if rank <= 0:
+        return 0.0, 0.0
+    b = bytes_per(dtype) / 2.0  # the byte counts above are for 2-byte weights
+    time_s = num_bytes = 0.0
+    for d_in, d_out in adapted_linears(model):
+        product = gemm(cluster, d_out, d_in, rank, dtype)
+        scale = elementwise(cluster, b * MERGE_SCALE_BYTES * d_in * d_out)
+        add = elementwise(cluster, b * MERGE_ADD_BYTES * d_in * d_out)
+        time_s += product.time_s + scale.time_s + add.time_s
+        num_bytes += product.bytes + scale.bytes + add.bytes
+    return model.num_layers * time_s, model.num_layers * num_bytes

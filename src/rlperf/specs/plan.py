@@ -141,6 +141,11 @@ class WeightSync(Spec):
 
     transfer: Literal["per_tensor", "bucketed"] = "per_tensor"
     bucket_bytes: float = Field(default=512e6, gt=0)
+    # A LoRA actor's adapters merged into every gathered weight, on each trainer rank, before the
+    # engine reads it (DeepSpeed's hybrid engine ``_fuse_lora``: DeepSpeed-Chat, every step;
+    # verl's ``peft_merge``); False: the weights cross as they are and the merge is not costed
+    # (verl's default sends the adapters alone). Read only with a LoRA actor (rlperf.cost.lora).
+    lora_merge: bool = False
 
 
 class Plan(Spec):

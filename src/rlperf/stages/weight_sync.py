@@ -15,6 +15,9 @@ slime broadcast the same way), tensor by tensor through one loop on every rank:
    many small tensors pays the latency of every call.
 2. **Convert** to the engine's names, layout and dtype (QKV / gate-up splits, fp32 -> bf16): one
    HBM read of the gathered tensor in the training ``param_dtype`` and one write in the engine's.
+   With a LoRA actor and ``WeightSync.lora_merge``, each rank first merges the adapters into the
+   gathered weights (``W += scaling x A B`` per adapted linear, :func:`rlperf.cost.lora.merge_cost`:
+   DeepSpeed's hybrid engine fuses them on every rank before its tensor-parallel copy).
 3. **Transfer** (disaggregated pools only, (b)): one NCCL broadcast of the *whole* tensor from
    trainer rank 0 to every rank of verl's ``actor_rollout`` group (all trainer and all engine
    GPUs; each engine GPU keeps its slice when it loads), a pipelined chain through the group
@@ -46,7 +49,7 @@ the calibration split); the walk per engine parameter is measured by bench/bench
     reload           = N x engine_load_tensor_overhead_s   (both paths: load_weights per tensor)
                      + load_calls x P x engine_load_param_walk_s   (P engine parameter tensors)
 
-    sync = gather + convert + transfer + staging + calls + reload + copy      (nothing overlaps:
+    sync = gather + merge + convert + transfer + staging + calls + reload + copy   (nothing overlaps:
            verl's loop runs each step of a tensor, or a bucket, after the previous one)
 
 with ``N = ModelSpec.num_weight_tensors`` (an MoE checkpoint holds a gate, up and down matrix per
@@ -70,6 +73,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rlperf.cost.collectives import CommGroup, all_gather, broadcast, group_for
+from rlperf.cost.lora import merge_cost
 from rlperf.cost.memory import inference_memory, train_memory
 from rlperf.cost.memory_params import stage_params
 from rlperf.cost.roofline import elementwise
@@ -204,6 +208,7 @@ class _Sync:
     """The steps of one sync, each a named term of the stage's breakdown (module docstring)."""
 
     gather: Gather
+    merge_s: float
     convert_s: float
     transfer_s: float
     staging_s: float
@@ -215,11 +220,12 @@ class _Sync:
 
     @property
     def time_s(self) -> float:
-        return (self.gather.time_s + self.convert_s + self.transfer_s + self.staging_s + self.calls_s
-                + self.reload_s + self.copy_s)
+        return (self.gather.time_s + self.merge_s + self.convert_s + self.transfer_s + self.staging_s
+                + self.calls_s + self.reload_s + self.copy_s)
 
     def breakdown(self) -> tuple[tuple[str, float], ...]:
-        terms = (*self.gather.terms, ("convert", self.convert_s), ("broadcast", self.transfer_s),
+        terms = (*self.gather.terms, ("lora_merge", self.merge_s), ("convert", self.convert_s),
+                 ("broadcast", self.transfer_s),
                  ("host_staging", self.staging_s), (self.calls_name, self.calls_s), ("reload", self.reload_s),
                  ("copy", self.copy_s))
         return tuple((k, v) for k, v in terms if v > 0)
@@ -231,6 +237,7 @@ def _sync_steps(model: ModelSpec, cluster: Cluster, layout: TrainLayout, engine:
     ck = Checkpoint.of(model)
     prof = cluster.profile
     gather = gather_full_tensors(model, cluster, layout)
+    merge_s = merge_cost(model, cluster, layout.lora_rank, layout.param_dtype)[0] if sync.lora_merge else 0.0
     convert_s, _ = _elementwise_s(cluster, ck.params * (bytes_per(layout.param_dtype) + bytes_per(engine.dtype)))
     full_bytes = ck.params * bytes_per(engine.dtype)
     bucketed = sync.transfer == "bucketed"
@@ -248,7 +255,7 @@ def _sync_steps(model: ModelSpec, cluster: Cluster, layout: TrainLayout, engine:
     shard = _engine_shard_params(model, engine)
     copy_s, copy_bytes = _elementwise_s(cluster, 2 * shard * bytes_per(engine.dtype))
     return _Sync(
-        gather=gather, convert_s=convert_s, transfer_s=transfer_s, staging_s=staging_s,
+        gather=gather, merge_s=merge_s, convert_s=convert_s, transfer_s=transfer_s, staging_s=staging_s,
         calls_name="per_bucket" if bucketed else "per_tensor", calls_s=calls * (per_call or 0.0),
         reload_s=reload_s, copy_s=copy_s, copy_bytes=copy_bytes,
     )

@@ -28,7 +28,12 @@ Forward (per device of stage ``s``, ``t = tokens / cp`` tokens of the micro-batc
   FSDP / DeepSpeed backends, Hugging Face's eager attention (transformers 4.28 ``OPTAttention``):
   QK^T (2), the mask add (4), the ``finfo.min`` clamp (4), the softmax upcast to fp32 (6), the
   cast back (6), PV (2); backward dP, dV (2 + 2), the cast (6), softmax (10), the clamp's
-  ``maximum`` backward (22), dQ, dK (2 + 2): 24 bytes per score forward, 46 backward;
+  ``maximum`` backward (22), dQ, dK (2 + 2): 24 bytes per score forward, 46 backward; and, per
+  feature, the heads-first layout copies of q, k, v (``_shape``: ``transpose(1, 2).contiguous()``)
+  and of the output back (``transpose(1, 2).reshape``), 4 bytes each, and the query scaling
+  (``q_proj(x) * scaling``, 4 bytes per q feature): five kernels a layer, the same traffic again
+  in the backward (the scaling's gradient, and each view's gradient reshaped out of the
+  transposed layout);
 - memory-bound elementwise kernels: the layers' norms, residual adds, rotary and activation
   (:mod:`rlperf.stages.shard`; bytes per element as the backend runs them,
   :mod:`rlperf.stages.elementwise`: Megatron's fused kernels, Hugging Face's eager ops under
@@ -160,6 +165,15 @@ HF_EAGER_FORWARD_BYTES = np.array([2.0, 4.0, 4.0, 6.0, 6.0, 2.0])
 # grad).masked_fill_(self < other, 0)``: compare 3, divide 4, where 7, compare 3, masked fill 5)
 # 22; the mask add passes its gradient through (no kernel); dQ, dK read dS (2 + 2).
 HF_EAGER_BACKWARD_BYTES = np.array([2.0, 2.0, 6.0, 10.0, 22.0, 2.0, 2.0])
+# The same attention per feature of q, k, v and o (``OPTAttention``): ``_shape`` copies q, k and v
+# into the heads-first layout (``view(...).transpose(1, 2).contiguous()``: read 2, write 2) and the
+# output is copied back (``transpose(1, 2).reshape(bsz, tgt_len, embed_dim)``: 4); the query is
+# scaled first (``q_proj(hidden_states) * self.scaling``: 4 more per q feature). Backward: the
+# scaling's gradient (4 per q feature) and, for each copy, its view's gradient reshaped out of the
+# transposed layout (4): the forward's bytes again. Five kernels a layer each way.
+HF_EAGER_COPY_BYTES = 4.0
+HF_EAGER_QUERY_SCALE_BYTES = 4.0
+HF_EAGER_LAYOUT_KERNELS = 5
 # The LoRA adapter path of an adapted linear (rlperf.cost.lora): HBM bytes per element of its
 # input and of its output, ((GEMMs: in, out), (elementwise: in, out)); the rank-r intermediates
 # (r per token) are left out. Forward: A reads x (2), B writes its output (2); ``* scaling`` reads
@@ -382,6 +396,8 @@ class LayoutCosts:
         self._attention_roof = ceilings(cluster, COMPUTE_DTYPE, "attention")
         self._elementwise_roof = ceilings(cluster, COMPUTE_DTYPE, "elementwise")
         self._host_per_layer_s = cluster.profile.train_layer_overhead_s(layout.backend)
+        # unfused attention under FSDP / DeepSpeed: Hugging Face's eager attention module
+        self._hf_eager_copies = layout.attention_kernel == "unfused" and layout.backend != "megatron"
         # unfused attention: FLOPs per score element of each forward / backward kernel (below)
         qk, v = 2.0 * model.q_head_dim, 2.0 * model.v_head_dim
         self._unfused = {
@@ -464,6 +480,8 @@ class LayoutCosts:
         """Kernels of one forward through ``shard``'s stage with the fused softmax: the shard's
         count (attention core as one kernel), plus the unfused core's others in every layer."""
         core = len(self._unfused[False][1]) - 1 if self.layout.attention_kernel == "unfused" else 0
+        if self._hf_eager_copies:
+            core += HF_EAGER_LAYOUT_KERNELS
         return shard.kernels + core * shard.num_layers
 
     def _fallback(self, mb: MicroBatchShapes) -> np.ndarray:
@@ -573,6 +591,9 @@ class LayoutCosts:
         num_bytes = bytes_per_score[:, None] * scores[None, :]
         time = np.maximum(flops / self._matmul[0], num_bytes / self._matmul[1]).sum(axis=0)
         io = shard.attention_io_per_token * t * _C * (2 if backward else 1)  # q, k, v, o (and grads)
+        if self._hf_eager_copies:  # Hugging Face's layout copies and query scaling, each pass
+            q = shard.num_layers * self.model.num_heads / self.layout.tp * self.model.q_head_dim
+            io = io + (HF_EAGER_COPY_BYTES * shard.attention_io_per_token + HF_EAGER_QUERY_SCALE_BYTES * q) * t
         # the softmax's PyTorch fallback where the fused kernel is unavailable (memory bound)
         io = io + (FALLBACK_BYTES[backward] - FUSED_BYTES[backward]) * scores * self._fallback(mb)
         return Roof(flops.sum(axis=0), num_bytes.sum(axis=0) + io, time + io / self._matmul[1])

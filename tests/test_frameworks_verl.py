@@ -430,3 +430,21 @@ def test_export_raises_a_token_budget_below_the_padded_sequence_to_what_verl_tak
     assert "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=9216" in exported.args
     assert any("token budget 4,096" in m and "written as 9,216" in m for m in exported.not_expressible)
     assert not any("token budget" in m for m in export_verl(spec).not_expressible)
+
+
+def test_rollout_correction_bypass_mode_drops_the_old_logprob_pass_and_round_trips() -> None:
+    # verl >= 0.6 (ray_trainer.apply_bypass_mode): old_log_probs = rollout_log_probs, the
+    # old_log_prob pass skipped; it was an unknown key and the pass was costed
+    base = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=8", "data.train_batch_size=64",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=16", "algorithm.adv_estimator=grpo"]
+    bypass = ["algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.rollout.calculate_log_probs=True",
+              "algorithm.rollout_correction.rollout_is=sequence"]
+    spec, rep = import_verl(None, [*base, *bypass])
+    assert spec.algorithm.old_logprob == "rollout" and not rep.unknown
+    assert "algorithm.rollout_correction.bypass_mode" in keys(rep.mapped)
+    again, _ = import_verl(None, list(export_verl(spec).args))
+    assert again.algorithm == spec.algorithm
+    off, _ = import_verl(None, [*base, "algorithm.rollout_correction.bypass_mode=false"])
+    assert off.algorithm.old_logprob == "when_needed"
+    _, rep = import_verl(None, [*base, "algorithm.rollout_correction.bypass_mode=true"])  # no rollout log-probs
+    assert any("calculate_log_probs=True" in a for a in rep.assumptions)

@@ -194,12 +194,12 @@ def _placement_and_mode(spec: ScenarioSpec, out: _Out) -> tuple[str, ...]:
         out.set("trainer.n_gpus_per_node", gpn)
         if not st.synchronous:
             out.missing.append(f"mode {mode.label} ({mode.family.replace('_', ' ')}): verl's one-step-off and fully-async recipes need a separate rollout pool")
-        if spec.algorithm.old_logprob == "rollout":
-            out.missing.append("old-policy log-probs from the rollout: only verl's fully-async recipe reuses them")
+        _bypass(spec, out)
         return MAIN
     out.set("actor_rollout_ref.hybrid_engine", False)
     _split_pools(c.num_nodes, gpn, rollout, out)
     if st.one_step_pipeline:
+        _bypass(spec, out)
         return ONE_STEP
     out.set(f"{ROLLOUT}.mode", "async")
     staleness = st.ahead_batches
@@ -224,6 +224,14 @@ def _placement_and_mode(spec: ScenarioSpec, out: _Out) -> tuple[str, ...]:
     out.add("async_training.partial_rollout", st.interrupts_at_sync)
     out.add("async_training.use_rollout_log_probs", spec.algorithm.old_logprob == "rollout")
     return FULLY_ASYNC
+
+
+def _bypass(spec: ScenarioSpec, out: _Out) -> None:
+    """Old-policy log-probs from the rollout in the main and one-step-off trainers: rollout
+    correction's bypass mode, which needs the rollout's log-probs (verl >= 0.6)."""
+    if spec.algorithm.old_logprob == "rollout":
+        out.add("algorithm.rollout_correction.bypass_mode", True)
+        out.add(f"{ROLLOUT}.calculate_log_probs", True)
 
 
 def _split_pools(nodes: int, gpn: int, rollout: int, out: _Out) -> None:

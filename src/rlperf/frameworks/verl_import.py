@@ -183,6 +183,8 @@ class _Importer:
                 algorithm["old_logprob"] = "rollout"
             else:
                 self.rec.map(key, False, "the trainer recomputes the old-policy log-probs")
+        elif self._bypass_old_logprob():
+            algorithm["old_logprob"] = "rollout"
         layouts: dict[str, TrainLayout] = {}
         for role in roles:
             layouts[role] = self._layout(role, train_gpus, layouts.get("actor"))
@@ -205,6 +207,26 @@ class _Importer:
             unused["rollout."] = "rollout pool of the async recipes (not used by the colocated trainer)"
         ignored, unknown = classify_rest(self.r, IGNORED, UNSUPPORTED, unused)
         return spec, self.rec.freeze(ignored, unknown)
+
+    def _bypass_old_logprob(self) -> bool:
+        """Rollout correction's bypass mode (``algorithm.rollout_correction.bypass_mode``, verl
+        >= 0.6): the main and one-step-off trainers set the old-policy log-probs to the
+        rollout's (``apply_bypass_mode``) instead of running the ``old_log_prob`` pass. verl
+        raises when the batch has no rollout log-probs (``rollout.calculate_log_probs``)."""
+        key = "algorithm.rollout_correction.bypass_mode"
+        if not self.r.has(key):
+            return False
+        on = as_bool(key, self.r.get(key, None))
+        if not on:
+            self.rec.map(key, on, "the trainer recomputes the old-policy log-probs (decoupled mode)")
+            return False
+        self.rec.map(key, on, "old-policy log-probs from the rollout: no old_log_prob pass (algorithm.old_logprob: rollout)")
+        calc = "actor_rollout_ref.rollout.calculate_log_probs"
+        if self.r.has(calc) and as_bool(calc, self.r.get(calc, None)):
+            self.rec.map(calc, True, "the rollout returns its log-probs (bypass mode reads them)")
+        else:
+            self.rec.assume(f"bypass_mode needs {calc}=True: verl raises when the batch has no rollout log-probs")
+        return True
 
     def _model_overrides(self) -> dict[str, Any]:
         """The actor's config.json fields the run overrides (``model.override_config``)."""

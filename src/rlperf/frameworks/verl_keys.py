@@ -125,6 +125,7 @@ IGNORED: tuple[tuple[str, str], ...] = (
     ("algorithm.use_pf_ppo", "sample reweighting"),
     ("algorithm.pf_ppo.*", "sample reweighting"),
     ("algorithm.filter_groups.metric", "DAPO filter metric"),
+    ("algorithm.rollout_correction.*", "off-policy correction weights and rejection (loss terms; bypass_mode is read)"),
     ("reward_model.reward_manager", "reward function dispatch (its cost is the reward spec)"),
     ("reward_model.sandbox_fusion.memory_limit_mb", "sandbox limit"),
     ("reward_model.overlong_buffer.*", "reward shaping"),

@@ -448,3 +448,26 @@ def test_rollout_correction_bypass_mode_drops_the_old_logprob_pass_and_round_tri
     assert off.algorithm.old_logprob == "when_needed"
     _, rep = import_verl(None, [*base, "algorithm.rollout_correction.bypass_mode=true"])  # no rollout log-probs
     assert any("calculate_log_probs=True" in a for a in rep.assumptions)
+
+
+def test_deprecated_global_micro_batches_are_divided_by_the_data_parallel_size() -> None:
+    # verl's workers divide ppo_micro_batch_size / log_prob_micro_batch_size by the dp size
+    # (world / ulysses sp) and use that per GPU; they were listed as unsupported and rlperf
+    # costed 1 sequence per micro-batch (verl's tuning scripts set 16 to 128 per GPU this way)
+    base = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=8", "data.train_batch_size=64",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=16", "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=True"]
+    legacy = ["actor_rollout_ref.actor.ppo_micro_batch_size=32", "actor_rollout_ref.rollout.log_prob_micro_batch_size=64",
+              "actor_rollout_ref.ref.log_prob_micro_batch_size=128"]
+    spec, rep = import_verl(None, [*base, *legacy])
+    actor, ref = spec.plan.layouts["actor"], spec.plan.layout_for("ref")
+    assert (actor.micro_batch_size, actor.forward_micro_batch_size, ref.micro_batch_size) == (4, 8, 16)  # / dp 8
+    assert not rep.unsupported and "actor_rollout_ref.actor.ppo_micro_batch_size" in keys(rep.mapped)
+    sp2, _ = import_verl(None, [*base, *legacy, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+                                "actor_rollout_ref.model.use_remove_padding=True"])
+    assert sp2.plan.layouts["actor"].micro_batch_size == 8  # dp = 8 / sp 2
+    again, _ = import_verl(None, list(export_verl(spec).args))
+    assert again.plan == spec.plan
+    with pytest.raises(SpecError, match=r"^actor_rollout_ref\.actor\.ppo_micro_batch_size: set beside .*_per_gpu; verl refuses both"):
+        import_verl(None, [*base, *legacy, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"])
+    with pytest.raises(SpecError, match=r"^actor_rollout_ref\.actor\.ppo_micro_batch_size: 4 sequences over 8 data-parallel ranks.*allowed: >= 8"):
+        import_verl(None, [*base, "actor_rollout_ref.actor.ppo_micro_batch_size=4"])

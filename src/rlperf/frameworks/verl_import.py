@@ -442,7 +442,8 @@ class _Importer:
         self.rec.map(strategy_key, strategy, "FSDP = ZeRO-3" if strategy != "megatron" else "Megatron-Core")
         lay = self._megatron(role) if strategy == "megatron" else self._fsdp(role)
         cp_key = f"{base}.megatron.context_parallel_size" if strategy == "megatron" else f"{base}.ulysses_sequence_parallel_size"
-        lay.update(self._micro(role, lay["cp"], cp_key))
+        dp = max(1, gpus // (lay.get("tp", 1) * lay.get("pp", 1) * lay["cp"]))
+        lay.update(self._micro(role, lay["cp"], cp_key, dp))
         if role in ("actor", "critic"):
             lay["lora_rank"] = self._lora(role)
         # verl's Megatron workers pack sequences (thd) unless <role>.megatron.use_remove_padding
@@ -597,7 +598,7 @@ class _Importer:
         self.r.touch(on_key)
         return {}
 
-    def _micro(self, role: str, cp: int, cp_key: str) -> dict[str, Any]:
+    def _micro(self, role: str, cp: int, cp_key: str, dp: int) -> dict[str, Any]:
         base = ROLE_BASE[role]
         micro_k, dyn_k, tok_k = (f"{base}.{k}" for k in ROLE_MICRO[role])
         actor_micro, actor_dyn, actor_tok = (f"{ACTOR}.{k}" for k in ROLE_MICRO["actor"])
@@ -618,7 +619,11 @@ class _Importer:
         else:
             self.r.touch(tok_k)
             self.rec.map(dyn_k, dyn, f"{role} fixed micro-batches")
-        micro = self.r.get(micro_k, self._fallback(fallback[0], None))
+        micro = self._global_micro(micro_k, dp)
+        if micro is None:
+            micro = self.r.get(micro_k, self._fallback(fallback[0], None))
+        else:
+            self.r.touch(micro_k)
         if micro is None:
             if not dyn:
                 self.rec.default(micro_k, "null", "rlperf uses 1 sequence per micro-batch")
@@ -626,10 +631,10 @@ class _Importer:
         else:
             self.rec.map(micro_k, micro, f"{role} micro_batch_size")
         out["micro_batch_size"] = as_int(micro_k, micro)
-        out.update(self._forward_micro(role, dyn, cp, cp_key))
+        out.update(self._forward_micro(role, dyn, cp, cp_key, dp))
         return out
 
-    def _forward_micro(self, role: str, train_dyn: bool, cp: int, cp_key: str) -> dict[str, Any]:
+    def _forward_micro(self, role: str, train_dyn: bool, cp: int, cp_key: str, dp: int) -> dict[str, Any]:
         """How a trained role cuts its forward-only passes (the actor's old-policy log-probs,
         the critic's values): verl's ``rollout.log_prob_*`` and ``critic.forward_*`` keys, which
         default to the training settings (``oc.select``)."""
@@ -652,7 +657,11 @@ class _Importer:
         elif self.r.has(tok_k):
             self.r.touch(tok_k)
             self.rec.map(tok_k, self.r.flat[tok_k], "unused (fixed micro-batches)")
-        if self.r.has(micro_k) and self.r.flat[micro_k] is not None:
+        legacy = self._global_micro(micro_k, dp)
+        if legacy is not None:
+            if not dyn:
+                out["forward_micro_batch_size"] = legacy
+        elif self.r.has(micro_k) and self.r.flat[micro_k] is not None:
             value = as_int(micro_k, self.r.get(micro_k, None))
             if not dyn:
                 out["forward_micro_batch_size"] = value
@@ -662,6 +671,27 @@ class _Importer:
         if dyn != train_dyn:
             self.rec.assume(f"{role}: forward passes {'by token budget' if dyn else 'in fixed micro-batches'} while training is not; costed with the forward settings where given")
         return out
+
+    def _global_micro(self, per_gpu_key: str, dp: int) -> int | None:
+        """A micro-batch given by its deprecated global key (``ppo_micro_batch_size``,
+        ``log_prob_micro_batch_size``, ``forward_micro_batch_size``, ``micro_batch_size``:
+        ``per_gpu_key`` without ``_per_gpu``), per GPU: verl's workers divide it by the
+        data-parallel size (``//= world / ulysses sp`` in fsdp_workers, ``//=`` the dp world
+        size in megatron_workers) and use that as the per-GPU value. None when it is not set.
+        verl refuses both keys together (``check_mutually_exclusive``), and a global value
+        below the dp size leaves no sequence per GPU."""
+        key = per_gpu_key.removesuffix("_per_gpu")
+        if key == per_gpu_key or not self.r.has(key) or self.r.flat[key] is None:
+            return None
+        total = as_int(key, self.r.get(key, None))
+        if self.r.has(per_gpu_key) and self.r.flat[per_gpu_key] is not None:
+            raise SpecError(key, f"set beside {per_gpu_key}; verl refuses both (the global one is deprecated)",
+                            f"only {per_gpu_key}")
+        if total < dp:
+            raise SpecError(key, f"{total} sequences over {dp} data-parallel ranks leave none per GPU (verl divides it "
+                            "by the data-parallel size)", f">= {dp}, or {per_gpu_key}")
+        self.rec.map(key, total, f"deprecated global micro-batch: {total // dp} per GPU over {dp} data-parallel ranks")
+        return total // dp
 
     def _check_budget(self, key: str, budget: int, cp: int, cp_key: str) -> None:
         """A dynamic-batch token budget holds the longest sequence. verl's workers cut

@@ -211,6 +211,11 @@ class MicroBatchShapes:
         pairs = np.add.reduceat(lengths * (lengths + 1) / 2, plan.starts)
         return cls(plan.microbatch_tokens(), pairs, plan.sizes, most)
 
+    @classmethod
+    def joined(cls, parts: Sequence[MicroBatchShapes]) -> MicroBatchShapes:
+        """The micro-batches of ``parts`` one after the other (part after part, in order)."""
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("tokens", "pairs", "sequences", "longest")))
+
     @cached_property
     def distinct_tokens(self) -> tuple[np.ndarray, np.ndarray]:
         """(the distinct token counts, sorted; the index of each micro-batch's among them)."""
@@ -873,13 +878,15 @@ class Tally:
     comm_bytes: float = 0.0
     work_s: float = 0.0  # device-seconds at the roofline, no launches, no communication
 
-    def add(self, p: PassCost, devices: int, extra_comm_bytes: float = 0.0) -> None:
-        """Every micro-batch of ``p`` ran on each of ``devices`` devices (the tp x cp ranks of a
-        stage); ``extra_comm_bytes`` more were sent per micro-batch."""
-        self.flops += float(p.flops.sum()) * devices
-        self.hbm_bytes += float(p.hbm_bytes.sum()) * devices
-        self.comm_bytes += (float(p.comm_bytes.sum()) + extra_comm_bytes * p.comm_bytes.size) * devices
-        self.work_s += float(p.body_s.sum()) * devices
+    def add(self, p: PassCost, devices: int, extra_comm_bytes: float = 0.0, part: slice = slice(None)) -> None:
+        """Every micro-batch of ``p`` (``part``: those of that slice) ran on each of ``devices``
+        devices (the tp x cp ranks of a stage); ``extra_comm_bytes`` more were sent per
+        micro-batch."""
+        comm = p.comm_bytes[part]
+        self.flops += float(p.flops[part].sum()) * devices
+        self.hbm_bytes += float(p.hbm_bytes[part].sum()) * devices
+        self.comm_bytes += (float(comm.sum()) + extra_comm_bytes * comm.size) * devices
+        self.work_s += float(p.body_s[part].sum()) * devices
 
 
 def components(busy: dict[str, float], bubble_s: float) -> tuple[tuple[str, float], ...]:

@@ -63,7 +63,7 @@ from rlperf.specs.parallel import TrainLayout, check_train_layout
 from rlperf.stages.base import StageCost
 from rlperf.stages.forward import longest_alone_s
 from rlperf.stages.microbatch import MicroBatches, as_lengths, microbatches_for, split_minibatches
-from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes, Tally, components
+from rlperf.stages.pass_cost import LayoutCosts, MicroBatchShapes, PassCost, Tally, components
 from rlperf.stages.pipeline import pipeline_times
 from rlperf.stages.shard import Head, StageShard
 
@@ -127,8 +127,8 @@ def train_step(
     check_fits(mem, cluster.accelerator.hbm_bytes, name)
 
     shapes = [MicroBatchShapes.of(p, padded=not layout.packing) for p in plans]
-    costs.prime(shapes)
-    steps = [_step(costs, plan, sh, cpu_adam_params_per_s) for plan, sh in zip(plans, shapes)]
+    steps = [_step(costs, plan, stages, part, cpu_adam_params_per_s)
+             for plan, (stages, part) in zip(plans, _passes(costs, shapes))]
     busy: dict[str, float] = {}
     tally = Tally()
     for st in steps:
@@ -158,14 +158,66 @@ def cpu_adam_params_per_s_for(cluster: Cluster, layout: TrainLayout) -> float:
     return host_adam_rate(cluster, "fp32", layout.grad_dtype, layout.param_dtype, layout.cpu_optimizer_threads)
 
 
-def _step(costs: LayoutCosts, plan: MicroBatches, shapes: MicroBatchShapes,
+@dataclass(frozen=True)
+class _StagePasses:
+    """Forward and backward of micro-batches on one device of a pipeline stage, with their
+    ZeRO gathers and per-micro-batch gradient reduction (arrays, one entry per micro-batch)."""
+
+    fwd: PassCost
+    bwd: PassCost
+    gather_sent: tuple[float, float]  # bytes per micro-batch of the forward's and the backward's gathers
+    reduce_sent: float  # bytes per micro-batch of the per-micro-batch reduce-scatter (0: none)
+    time_s: np.ndarray  # all of it, per micro-batch
+    parts: dict[str, np.ndarray]  # the parts of time_s (what the breakdown shows)
+
+
+def _passes(costs: LayoutCosts, shapes: list[MicroBatchShapes]) -> list[tuple[list[_StagePasses], slice]]:
+    """Per mini-batch (``shapes``: each one's micro-batches): its passes through every stage and
+    its slice of them. Every figure of a micro-batch is its own formula (elementwise over the
+    micro-batches), so the mini-batches are costed in one numpy pass over all their micro-batches
+    one after the other, each then reading its slice: a step of many mini-batches pays the
+    per-pass overhead once. (A mini-batch of one micro-batch is costed alone: numpy sums a
+    one-column table over its rows in another order than a wider one.)"""
+    if len(shapes) > 1 and all(sh.tokens.size > 1 for sh in shapes):
+        stages = _stage_passes(costs, MicroBatchShapes.joined(shapes))
+        ends = np.cumsum([sh.tokens.size for sh in shapes]).tolist()
+        return [(stages, slice(a, b)) for a, b in zip([0, *ends[:-1]], ends)]
+    costs.prime(shapes)
+    return [(_stage_passes(costs, sh), slice(None)) for sh in shapes]
+
+
+def _stage_passes(costs: LayoutCosts, shapes: MicroBatchShapes) -> list[_StagePasses]:
+    """:class:`_StagePasses` of every stage of ``costs`` for the micro-batches ``shapes``."""
+    out = []
+    for shard in costs.shards:
+        fwd = costs.forward(shard, shapes)
+        bwd = costs.backward(shard, shapes, fwd)
+        gather_f = costs.weight_gather(shard, fwd.compute_s)
+        gather_b = costs.weight_gather(shard, bwd.compute_s, backward=True)
+        if costs.reduces_every_microbatch:
+            rs = costs.grad_reduce(shard, bwd.compute_s, "reduce_scatter")
+            rs_exposed, rs_sent = rs.exposed_s, rs.bytes_sent
+        else:
+            rs_exposed, rs_sent = np.zeros(shapes.tokens.size), 0.0
+        parts = {
+            "compute": fwd.compute_s + bwd.compute_s, "tp_comm": fwd.tp_s + bwd.tp_s,
+            "cp_comm": fwd.cp_s + bwd.cp_s, "ep_comm": fwd.ep_s + bwd.ep_s, "pp_comm": fwd.pp_s + bwd.pp_s,
+            "zero_gather": gather_f.exposed_s + gather_b.exposed_s, "grad_comm": rs_exposed,
+            "host": fwd.host_exposed_s + bwd.host_exposed_s,
+        }
+        time = fwd.time_s + bwd.time_s + gather_f.exposed_s + gather_b.exposed_s + rs_exposed
+        out.append(_StagePasses(fwd, bwd, (gather_f.bytes_sent, gather_b.bytes_sent), rs_sent, time, parts))
+    return out
+
+
+def _step(costs: LayoutCosts, plan: MicroBatches, stages: list[_StagePasses], part: slice,
           cpu_adam_params_per_s: float | None) -> StepCost:
-    """One optimizer step on the mini-batch ``plan`` (``shapes``: its micro-batches; its longest
-    sequence alone sets the depth)."""
+    """One optimizer step on the mini-batch ``plan`` (its micro-batches: ``part`` of the arrays
+    of ``stages``; its longest sequence alone sets the depth)."""
     lay = costs.layout
     devices = lay.tp * lay.cp
     tally = Tally()
-    total, busy, bubble, last_bwd = _pipeline(costs, plan, shapes, tally, devices)
+    total, busy, bubble, last_bwd = _pipeline(costs, plan, stages, part, tally, devices)
 
     # Once per step: gradient reduction (ZeRO 0-1, Megatron's ZeRO-2), parameter gather (ZeRO
     # 1-2), optimizer.
@@ -191,43 +243,24 @@ def _step(costs: LayoutCosts, plan: MicroBatches, shapes: MicroBatchShapes,
 
 
 def _pipeline(
-    costs: LayoutCosts, plan: MicroBatches, shapes: MicroBatchShapes, tally: Tally, devices: int
+    costs: LayoutCosts, plan: MicroBatches, stages: list[_StagePasses], part: slice, tally: Tally, devices: int
 ) -> tuple[float, dict[str, float], float, list[float]]:
-    """Forward + backward of every dp rank's micro-batches (``shapes``, of ``plan``) through the
-    pipeline, all ranks at once: the straggler's (time, parts of its busiest stage, bubble, each
-    stage's last backward compute time); the work of all ranks goes to ``tally``."""
+    """Forward + backward of every dp rank's micro-batches (``part`` of ``stages``, of ``plan``)
+    through the pipeline, all ranks at once: the straggler's (time, parts of its busiest stage,
+    bubble, each stage's last backward compute time); the work of all ranks goes to ``tally``."""
     lay = costs.layout
-    times = np.zeros((lay.pp, shapes.tokens.size))
-    parts: list[dict[str, np.ndarray]] = []  # per stage: each component, per micro-batch
-    bwd_compute: list[np.ndarray] = []
-    for s, shard in enumerate(costs.shards):
-        fwd = costs.forward(shard, shapes)
-        bwd = costs.backward(shard, shapes, fwd)
-        gather_f = costs.weight_gather(shard, fwd.compute_s)
-        gather_b = costs.weight_gather(shard, bwd.compute_s, backward=True)
-        if costs.reduces_every_microbatch:
-            rs = costs.grad_reduce(shard, bwd.compute_s, "reduce_scatter")
-            rs_exposed, rs_sent = rs.exposed_s, rs.bytes_sent
-        else:
-            rs_exposed, rs_sent = np.zeros(shapes.tokens.size), 0.0
-        tally.add(fwd, devices, gather_f.bytes_sent)
-        tally.add(bwd, devices, gather_b.bytes_sent + rs_sent)
-        times[s] = fwd.time_s + bwd.time_s + gather_f.exposed_s + gather_b.exposed_s + rs_exposed
-        parts.append({
-            "compute": fwd.compute_s + bwd.compute_s, "tp_comm": fwd.tp_s + bwd.tp_s,
-            "cp_comm": fwd.cp_s + bwd.cp_s, "ep_comm": fwd.ep_s + bwd.ep_s, "pp_comm": fwd.pp_s + bwd.pp_s,
-            "zero_gather": gather_f.exposed_s + gather_b.exposed_s, "grad_comm": rs_exposed,
-            "host": fwd.host_exposed_s + bwd.host_exposed_s,
-        })
-        bwd_compute.append(bwd.compute_s)
+    for st in stages:
+        tally.add(st.fwd, devices, st.gather_sent[0], part)
+        tally.add(st.bwd, devices, st.gather_sent[1] + st.reduce_sent, part)
+    times = np.stack([st.time_s[part] for st in stages])
     pipe = pipeline_times(times, plan.rank_of, plan.num_ranks, lay.pp_schedule, lay.virtual_stages)
     # The most loaded rank sets the step (the first of equals).
     r = int(np.argmax(pipe.total_s))
     mine = np.flatnonzero(plan.rank_of == r)
     if mine.size == 0:
         return 0.0, {}, 0.0, [0.0] * lay.pp
-    busy = {k: sum(v[mine].tolist()) for k, v in parts[int(pipe.busiest_stage[r])].items()}
-    last_bwd = [float(b[mine[-1]]) for b in bwd_compute]
+    busy = {k: sum(v[part][mine].tolist()) for k, v in stages[int(pipe.busiest_stage[r])].parts.items()}
+    last_bwd = [float(st.bwd.compute_s[part][mine[-1]]) for st in stages]
     return float(pipe.total_s[r]), busy, float(pipe.bubble_s[r]), last_bwd
 
 

@@ -455,7 +455,7 @@ def test_deprecated_global_micro_batches_are_divided_by_the_data_parallel_size()
     # (world / ulysses sp) and use that per GPU; they were listed as unsupported and rlperf
     # costed 1 sequence per micro-batch (verl's tuning scripts set 16 to 128 per GPU this way)
     base = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=8", "data.train_batch_size=64",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=16", "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=True"]
+            "actor_rollout_ref.actor.ppo_mini_batch_size=64", "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=True"]
     legacy = ["actor_rollout_ref.actor.ppo_micro_batch_size=32", "actor_rollout_ref.rollout.log_prob_micro_batch_size=64",
               "actor_rollout_ref.ref.log_prob_micro_batch_size=128"]
     spec, rep = import_verl(None, [*base, *legacy])
@@ -471,3 +471,18 @@ def test_deprecated_global_micro_batches_are_divided_by_the_data_parallel_size()
         import_verl(None, [*base, *legacy, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"])
     with pytest.raises(SpecError, match=r"^actor_rollout_ref\.actor\.ppo_micro_batch_size: 4 sequences over 8 data-parallel ranks.*allowed: >= 8"):
         import_verl(None, [*base, "actor_rollout_ref.actor.ppo_micro_batch_size=4"])
+
+
+def test_an_fsdp_mini_batch_per_gpu_that_the_micro_batch_does_not_divide_is_refused() -> None:
+    # fsdp_workers normalizes ppo_mini_batch_size x rollout.n by the dp size and asserts the
+    # per-GPU micro-batch divides it; verl's own examples/rollout_correction/run_with_rollout_corr.sh
+    # (32 prompts, n 1, 8 GPUs, micro 8 per GPU: 4 sequences per GPU) fails there
+    base = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=8", "data.train_batch_size=128",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=32", "algorithm.adv_estimator=rloo"]
+    with pytest.raises(SpecError, match=r"^actor_rollout_ref\.actor\.ppo_micro_batch_size_per_gpu: 8 per GPU does not divide "
+                                        r"the 4 sequences .*; allowed: a divisor of 4$"):
+        import_verl(None, [*base, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"])
+    assert import_verl(None, [*base, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8", "actor_rollout_ref.rollout.n=4"])
+    assert import_verl(None, [*base, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"])
+    with pytest.raises(SpecError, match=r"^actor_rollout_ref\.actor\.ppo_mini_batch_size: 4 sequences .* over 8 data-parallel"):
+        import_verl(None, [*base, "actor_rollout_ref.actor.ppo_mini_batch_size=4", "data.train_batch_size=4"])

@@ -157,6 +157,7 @@ class _Importer:
         self.mean_response_tokens = mean_response_tokens
         self.offload = False
         self.caps = (0, 0)  # (prompt cap, response cap), read with the batches
+        self.mini_sequences = 0  # ppo_mini_batch_size x rollout.n, read with the batches
 
     def get(self, key: str, note: str = "") -> Any:
         return self.r.get(key, DEFAULTS.get(key), note)
@@ -383,6 +384,7 @@ class _Importer:
             minibatches = prompts // mini
         caps = [self.get_int(k, n_) for k, n_ in (("data.max_prompt_length", "prompt cap"), ("data.max_response_length", "response cap"))]
         self.caps = (caps[0], caps[1])
+        self.mini_sequences = mini * n
         workload = generic_workload(prompts, n, caps[0], caps[1], self.mean_response_tokens, self.rec, SOURCE_KEYS)
         key = f"{ROLLOUT}.max_model_len"
         context = self.r.get(key, None)
@@ -444,6 +446,8 @@ class _Importer:
         cp_key = f"{base}.megatron.context_parallel_size" if strategy == "megatron" else f"{base}.ulysses_sequence_parallel_size"
         dp = max(1, gpus // (lay.get("tp", 1) * lay.get("pp", 1) * lay["cp"]))
         lay.update(self._micro(role, lay["cp"], cp_key, dp))
+        if role == "actor" and strategy != "megatron":
+            self._check_fsdp_minibatch(dp, lay["micro_batch_size"])
         if role in ("actor", "critic"):
             lay["lora_rank"] = self._lora(role)
         # verl's Megatron workers pack sequences (thd) unless <role>.megatron.use_remove_padding
@@ -692,6 +696,25 @@ class _Importer:
                             "by the data-parallel size)", f">= {dp}, or {per_gpu_key}")
         self.rec.map(key, total, f"deprecated global micro-batch: {total // dp} per GPU over {dp} data-parallel ranks")
         return total // dp
+
+    def _check_fsdp_minibatch(self, dp: int, micro: int) -> None:
+        """verl's FSDP actor normalizes ``ppo_mini_batch_size`` to sequences per GPU
+        (``x rollout.n // (world / ulysses sp)``) and asserts it is positive and, where a
+        micro-batch size is given, divisible by ``ppo_micro_batch_size_per_gpu``
+        (fsdp_workers.ActorRolloutRefWorker.__init__)."""
+        mini_key, micro_key = f"{ACTOR}.ppo_mini_batch_size", f"{ACTOR}.ppo_micro_batch_size_per_gpu"
+        per_gpu = self.mini_sequences // dp
+        if per_gpu == 0:
+            raise SpecError(mini_key, f"{self.mini_sequences} sequences a mini-batch (x rollout.n) over {dp} data-parallel ranks "
+                            "leave none per GPU; verl asserts the normalized mini-batch is positive", f"x rollout.n >= {dp}")
+        given = self.r.has(micro_key) and self.r.flat[micro_key] is not None
+        legacy = micro_key.removesuffix("_per_gpu")
+        if given or (self.r.has(legacy) and self.r.flat[legacy] is not None):
+            if per_gpu % micro:
+                key = micro_key if given else legacy
+                raise SpecError(key, f"{micro} per GPU does not divide the {per_gpu} sequences of a mini-batch per GPU "
+                                f"(ppo_mini_batch_size x rollout.n / {dp} data-parallel ranks); verl asserts it",
+                                f"a divisor of {per_gpu}")
 
     def _check_budget(self, key: str, budget: int, cp: int, cp_key: str) -> None:
         """A dynamic-batch token budget holds the longest sequence. verl's workers cut

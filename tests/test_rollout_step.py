@@ -432,6 +432,35 @@ def test_another_implementations_layer_sets_the_eager_op_count() -> None:
     assert step.floor_s == pytest.approx(4.5 * StepModel.build(llama, H100, EngineLayout(tp=1), cuda_graphs=False).floor_s)
 
 
+def test_refilling_a_fused_qkv_buffer_every_forward_copies_the_ranks_qkv_weights() -> None:
+    """DeepSpeed's hybrid engine under ZeRO-3 runs _merge_qkv at every forward: Qwen2.5-7B at tp 2
+    (14 query heads, 2 KV heads of 128 per GPU, d 3584, q/k/v biases, 28 layers) reads and writes
+    (14 + 4) x 128 rows of 3584 weights and a bias a layer in bf16 per step, at the copy rate
+    (hbm_efficiency), on the memory side; six more ops a layer (q, k, v and their biases)."""
+    from rlperf.stages.rollout_breakdown import decode_step_breakdown
+    from rlperf.stages.rollout_step import step_ops
+
+    plain = EngineLayout(tp=2, batching="static", cuda_graphs=False, eager_ops_per_layer=5)
+    copying = plain.model_copy(update={"qkv_copy_per_forward": True})
+    copy_bytes = 2 * (14 + 4) * 128 * (3584 + 1) * 28 * 2
+    prof, acc = DEVICE.profile, DEVICE.accelerator
+    base, step = StepModel.build(QWEN7, DEVICE, plain, False), StepModel.build(QWEN7, DEVICE, copying, False)
+    assert step.weight_copy_s == pytest.approx(copy_bytes / (acc.hbm_bandwidth_bytes_per_s * prof.hbm_efficiency))
+    assert base.weight_copy_s == 0.0
+    assert step.weight_read_s(32) - base.weight_read_s(32) == pytest.approx(step.weight_copy_s)
+    assert step_ops(QWEN7, copying) == (5 * 28 + 56 + 6 * 28, 5 * 28 + 6 * 28)
+    assert step.floor_s == pytest.approx((5 + 2 + 6) * 28 * prof.eager_op_launch_s)
+    # the step's memory line grows by the copy and its floor by the copies' ops; the breakdown
+    # names the copy and still sums to the step
+    ctx = 32 * 2000.0
+    a, b = base.run(32, ctx, 0, 0.0), step.run(32, ctx, 0, 0.0)
+    assert b.m0 - a.m0 == pytest.approx(step.weight_copy_s)
+    assert b.floor - a.floor == pytest.approx(6 * 28 * prof.eager_op_launch_s)
+    bd = decode_step_breakdown(QWEN7, DEVICE, copying, 32, ctx)
+    assert bd.step_s == pytest.approx(b.step_s(0), rel=1e-9)
+    assert any("fused buffer" in t.name for t in bd.terms)
+
+
 # One step model kept over the examples (as rlperf.sim.costs keeps one per engine): its tables
 # of the array forms are made and grown from call to call.
 _TABLED = StepModel.build(QWEN7, H100, EngineLayout(tp=2, pp=2, replicas=1))

@@ -201,6 +201,11 @@ class EngineLayout(Spec):
     # SGLang's layer (HF generate on a transformers model: 45 for Llama, stages.rollout_step);
     # None: vLLM's structural count
     eager_ops_per_layer: int | None = Field(default=None, ge=1, le=1000)
+    # the engine copies every layer's q, k and v weights (and biases) into one fused buffer at
+    # each forward before its QKV GEMM: DeepSpeed's hybrid engine under ZeRO-3 (v0.9.0), whose
+    # inference containers keep q, k and v apart (set_params_wo_copy), so that
+    # DeepSpeedSelfAttention.forward runs _merge_qkv at every decode step (stages.rollout_step)
+    qkv_copy_per_forward: bool = False
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
 

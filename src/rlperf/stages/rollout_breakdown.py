@@ -32,7 +32,7 @@ from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout
-from rlperf.stages.rollout_step import SAMPLER_PASSES, StepModel, step_ops
+from rlperf.stages.rollout_step import SAMPLER_PASSES, StepModel, qkv_copy_ops_per_layer, step_ops
 
 if TYPE_CHECKING:
     from rlperf.scenario import Scenario
@@ -96,6 +96,12 @@ def decode_step_breakdown(
                  f"{peak_src} x {_prov(cluster, 'attention_efficiency')}"),
         StepTerm("dense weights read", step.dense_weight_bytes_per_gpu / step.hbm_bytes_per_s, "memory", hbm_src),
     ]
+    if step.weight_copy_s:
+        terms.append(StepTerm(
+            "q, k, v weights copied into the fused buffer", step.weight_copy_s, "memory",
+            f"EngineLayout.qkv_copy_per_forward: every layer's forward refills one fused QKV buffer "
+            f"(DeepSpeed v0.9.0 DeepSpeedSelfAttention._merge_qkv under ZeRO-3), read + write at "
+            f"{acc.id} HBM {acc.hbm_bandwidth_bytes_per_s / 1e12:.2f} TB/s x {_prov(cluster, 'hbm_efficiency')}"))
     read = 0.0
     if step.num_experts:
         tokens = -(-b // mb)
@@ -132,7 +138,9 @@ def decode_step_breakdown(
              + (f"; routed-expert layers as vLLM 0.8.5's fused-MoE path runs them ({model.moe.routing} routing)"
                 if model.moe is not None else "")
              + ("; MLA's decode path with its eager PyTorch ops (vLLM 0.8.5)" if model.mla is not None and not cuda_graphs
-                else ""))
+                else "")
+             + (f"; + {qkv_copy_ops_per_layer(model, layout)} fused-QKV buffer copies a layer"
+                if layout.qkv_copy_per_forward else ""))
     terms.append(StepTerm(
         f"kernel floor ({'CUDA graphs' if cuda_graphs else 'eager'})", step.floor_s, "floor",
         f"max({_prov(cluster, 'graph_kernel_launch_s')}, {_prov(cluster, 'decode_kernel_min_s')}) x {kernels} kernels ({count})"

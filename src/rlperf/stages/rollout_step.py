@@ -17,6 +17,8 @@ micro-batches in flight the token-proportional terms divide by their number, see
     memory  = streamed weight bytes per GPU / (HBM bandwidth · decode_hbm_efficiency)
               (a routed expert's slice s costs s + s_half: the grouped GEMM's size curve)
               + (KV bytes read + KV bytes written) per GPU / (HBM bandwidth · kv_eff)
+              + q, k, v weights copied per step / (HBM bandwidth · hbm_efficiency)
+                (EngineLayout.qkv_copy_per_forward; 0 otherwise)
     kv_eff  = decode_kv_hbm_efficiency  (paged KV cache: continuous batching, vLLM/SGLang)
             = decode_hbm_efficiency     (one contiguous cache per sequence: static batches)
     communication = 2·L all-reduces of the step's activations over the tp group (after the
@@ -184,6 +186,17 @@ but not the KV bytes that bound a decode step.
 Prefill: a prompt chunk's linear FLOPs leave out the LM head except for the last position of
 each sequence (engines compute logits only for sampled positions); attention FLOPs follow
 :meth:`ModelSpec.attention_flops` (causal pairs).
+
+An engine that refills a fused QKV buffer at every forward (``EngineLayout.qkv_copy_per_forward``):
+DeepSpeed's hybrid engine under ZeRO-3 (``v0.9.0``) keeps each layer's q, k and v weights apart
+in its inference containers (``set_params_wo_copy`` with ZeRO-3 leaves ``attn_qkvw`` unset and
+points ``attn_qw``/``attn_kw``/``attn_vw`` at the parameters, which ``apply_tensor_parallelism``
+replaces with the rank's slices), so ``DeepSpeedSelfAttention.forward`` runs ``_merge_qkv`` at
+every decode step: three slice assignments of the rank's q, k and v weights into the shared
+``_qkv_buffers[0]`` and three of the biases (when the model has them) into ``_qkv_buffers[1]``,
+then the QKV GEMM reads the buffer. Per step and GPU that is a read and a write of
+``(q + 2 kv) / tp x (d + bias)`` elements a layer, at the copy rate (``hbm_efficiency``, a STREAM
+copy figure), and 3 or 6 more ops a layer in the eager floor.
 """
 
 from __future__ import annotations
@@ -257,6 +270,7 @@ class StepModel:
     # one GPU reading and writing the KV cache (paged decode attention; see the module docstring)
     kv_hbm_bytes_per_s: float = 0.0
     host_s_per_seq: float = 0.0  # host-side engine cost per sequence of a step
+    weight_copy_s: float = 0.0  # q, k, v weights copied into a fused buffer every step (qkv_copy_per_forward)
     overlap: bool = False  # host work overlaps the device step (max) instead of adding to it
     # communication, filled lazily per token count
     _comm_cache: dict[tuple[int, int], float] = field(
@@ -295,6 +309,7 @@ class StepModel:
         dp = layout.dp_attention
         shard = 1 if dp else tp  # dense weights and the LM head: whole on every GPU under dp attention
         ops, kernels = step_ops(model, layout)
+        copy_bytes = qkv_copy_bytes_per_gpu(model, layout)
         return cls(
             tp=tp,
             pp=pp,
@@ -324,6 +339,7 @@ class StepModel:
             sampler_s_per_seq=model.vocab_size * _LOGIT_BYTES * SAMPLER_PASSES / hbm / (tp if dp else 1),
             host_s_per_seq=prof.engine_seq_s / (tp if dp else 1),  # dp attention: a scheduler per rank
             overlap=layout.overlap_scheduling,
+            weight_copy_s=copy_bytes / (acc.hbm_bandwidth_bytes_per_s * prof.hbm_efficiency),
             dp_attention=dp,
             num_moe_layers=model.num_moe_layers if moe is not None else 0,
             a2a_nic_bytes_per_s=acc.nic_bandwidth_bytes_per_s * (prof.moe_a2a_nic_efficiency or prof.inter_node_efficiency),
@@ -347,12 +363,13 @@ class StepModel:
         :meth:`weight_bytes_per_gpu`, each touched expert slice at the grouped GEMM's
         size-dependent bandwidth (module docstring: ``s / (s + s_half)`` of the dense rate)."""
         if self.num_experts == 0:
-            return self.dense_weight_bytes_per_gpu / self.hbm_bytes_per_s
+            return self.dense_weight_bytes_per_gpu / self.hbm_bytes_per_s + self.weight_copy_s
         if isinstance(num_tokens, np.ndarray):
             sizes, where = np.unique(num_tokens, return_inverse=True)
             return np.array([self.weight_read_s(t) for t in sizes.tolist()])[where]
         per_expert = self.expert_bytes_per_gpu + self.expert_extra_bytes_per_gpu
-        return (self.dense_weight_bytes_per_gpu + self.experts_read(num_tokens) * per_expert) / self.hbm_bytes_per_s
+        streamed = self.dense_weight_bytes_per_gpu + self.experts_read(num_tokens) * per_expert
+        return streamed / self.hbm_bytes_per_s + self.weight_copy_s
 
     def experts_read(self, num_tokens: int) -> float:
         """Routed experts (per MoE layer) whose weights the busiest GPU reads in a step over
@@ -788,10 +805,30 @@ def step_ops(model: ModelSpec, layout: EngineLayout) -> tuple[int, int]:
     tp = 1 if dp else layout.tp  # tp > 1 adds the two all-reduces a layer (dp attention: none)
     a2a = 2 * model.num_moe_layers if dp else 0  # dispatch, combine
     all_reduces = 2 * model.num_layers if tp > 1 else 0
+    copies = qkv_copy_ops_per_layer(model, layout) * model.num_layers
     if layout.eager_ops_per_layer is not None:
         ops = layout.eager_ops_per_layer * model.num_layers + all_reduces
-        return ops + a2a, ops - all_reduces
-    return eager_ops_per_step(model, tp) + a2a, kernels_per_step(model, tp)
+        return ops + a2a + copies, ops - all_reduces + copies
+    return eager_ops_per_step(model, tp) + a2a + copies, kernels_per_step(model, tp) + copies
+
+
+def qkv_copy_ops_per_layer(model: ModelSpec, layout: EngineLayout) -> int:
+    """Copies a layer's forward makes into the fused QKV buffer (module docstring): q, k and v,
+    and their biases where the model has them; 0 unless ``layout.qkv_copy_per_forward``."""
+    if not layout.qkv_copy_per_forward:
+        return 0
+    return 3 * (2 if model.qkv_bias else 1)
+
+
+def qkv_copy_bytes_per_gpu(model: ModelSpec, layout: EngineLayout) -> float:
+    """HBM bytes one GPU reads and writes per forward refilling the fused QKV buffer of every
+    layer (module docstring; 0 unless ``layout.qkv_copy_per_forward``): the rank's q heads and KV
+    heads (:func:`kv_heads_per_device`), each row of ``d`` weights and a bias."""
+    if not layout.qkv_copy_per_forward:
+        return 0.0
+    rows = (model.num_heads / layout.tp + 2 * kv_heads_per_device(model, layout.tp)) * model.head_dim
+    per_row = model.hidden_size + (1 if model.qkv_bias else 0)
+    return 2.0 * rows * per_row * model.num_layers * bytes_per(layout.dtype)
 
 
 def eager_ops_per_step(model: ModelSpec, tp: int) -> int:

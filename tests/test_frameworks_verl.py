@@ -486,3 +486,18 @@ def test_an_fsdp_mini_batch_per_gpu_that_the_micro_batch_does_not_divide_is_refu
     assert import_verl(None, [*base, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"])
     with pytest.raises(SpecError, match=r"^actor_rollout_ref\.actor\.ppo_mini_batch_size: 4 sequences .* over 8 data-parallel"):
         import_verl(None, [*base, "actor_rollout_ref.actor.ppo_mini_batch_size=4", "data.train_batch_size=4"])
+
+
+def test_rollout_fp8_quantization_is_an_fp8_engine_and_round_trips() -> None:
+    # verl's vLLM / SGLang servers load FP8 block-quantized weights with rollout.quantization=fp8
+    # (the KV cache stays in the model dtype); the key was unknown and the engine costed in bf16
+    base = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=8", "data.train_batch_size=64",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=64", "algorithm.adv_estimator=grpo"]
+    spec, rep = import_verl(None, [*base, "+actor_rollout_ref.rollout.quantization=fp8"])
+    assert (spec.plan.rollout.dtype, spec.plan.rollout.kv_dtype) == ("fp8", "bf16") and not rep.unknown
+    again, _ = import_verl(None, list(export_verl(spec).args))
+    assert again.plan.rollout == spec.plan.rollout
+    spec, rep = import_verl(None, [*base, "+actor_rollout_ref.rollout.quantization=torchao"])
+    assert spec.plan.rollout.dtype == "bf16" and "actor_rollout_ref.rollout.quantization" in keys(rep.unsupported)
+    with pytest.raises(SpecError, match=r"^actor_rollout_ref\.rollout\.quantization: 'int4' is not .*; allowed: fp8, torchao"):
+        import_verl(None, [*base, "+actor_rollout_ref.rollout.quantization=int4"])

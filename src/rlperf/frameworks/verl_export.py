@@ -408,6 +408,9 @@ def _engine(plan: Plan, out: _Out) -> None:
     out.set(f"{ROLLOUT}.max_num_seqs", e.max_num_seqs)
     out.set(f"{ROLLOUT}.max_num_batched_tokens", e.max_num_batched_tokens)
     dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(e.dtype)
+    if e.dtype == "fp8":  # FP8 weights by verl's on-the-fly block quantization; the KV cache in kv_dtype
+        out.add(f"{ROLLOUT}.quantization", "fp8")
+        dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(e.kv_dtype)
     if dtype is None:
         out.missing.append(f"engine dtype {e.dtype}: verl's rollout.dtype is bfloat16 or float16")
         dtype = "bfloat16"

@@ -784,6 +784,7 @@ class _Importer:
             dtype = "bf16"
         else:
             self.rec.map(dtype_key, self.r.flat.get(dtype_key, "bfloat16"), f"engine dtype {dtype}")
+        dtype = self._quantization(dtype)
         prefix_keys = (f"{ROLLOUT}.engine_kwargs.vllm.enable_prefix_caching", f"{ROLLOUT}.enable_prefix_caching")
         prefix_key, prefix_value = self.r.first(prefix_keys, True, "vLLM caches prefixes by default")
         prefix = as_bool(prefix_key, prefix_value)
@@ -802,6 +803,25 @@ class _Importer:
             "overlap_scheduling": name == "sglang",
             "dp_attention": dp_attention,
         }
+
+    def _quantization(self, dtype: str) -> str:
+        """``rollout.quantization``: ``fp8`` makes verl's vLLM and SGLang servers load the
+        weights block-quantized to FP8 (e4m3, 128 x 128 blocks, dynamic activation scales:
+        FP8 GEMMs; vllm_async_server / async_sglang_server), the KV cache staying in the model
+        dtype: the engine's ``dtype`` fp8 (``kv_dtype`` unchanged). ``torchao`` (vLLM only) is
+        listed and costed unquantized; anything else verl refuses."""
+        key = f"{ROLLOUT}.quantization"
+        value = self.r.get(key, None)
+        if value is None:
+            return dtype
+        name = str(value)
+        if name == "fp8":
+            self.rec.map(key, name, "engine weights and GEMMs in FP8 (block-quantized), KV cache unchanged")
+            return "fp8"
+        if name == "torchao":
+            self.rec.unsupported_key(key, name, f"torchao quantization is not modelled: costed in {dtype}")
+            return dtype
+        raise SpecError(key, f"{name!r} is not a quantization verl's rollout servers take", "fp8, torchao (vLLM), null")
 
     def _data_parallel_experts(self, tp: int, pp: int, ep: int) -> bool:
         """Whether the server runs data-parallel attention with experts over its ranks: verl's

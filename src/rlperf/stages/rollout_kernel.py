@@ -77,14 +77,19 @@ class CallPlanner:
         # A writable copy: numba compiles (and loads from its cache) one machine code per
         # argument type, and a read-only array is another type (a second 0.5 MB load).
         self.cached = np.zeros(n_req, np.bool_) if cached is None else np.array(cached, np.bool_)
-        if initial is None:
-            self.cols = np.array([bk.prompt, bk.response, bk.target, bk.generated, bk.status, bk.join_step,
-                                  bk.private_kv, bk.order], np.int64).reshape(8, n_req)
-        else:  # as built: every request waiting, nothing joined (status, join step, KV and order 0)
-            self.cols = np.zeros((8, n_req), np.int64)
-            for row, col in enumerate((initial.prompt, initial.response, initial.target, initial.generated)):
-                self.cols[row] = col
+        # Prompt, response and target never change in a call: from the arrays it was built
+        # with; the others from the book's lists where made, else as built (every request
+        # waiting, nothing joined: status, join step, KV and order 0).
         assert WAITING == 0
+        arrays = bk.arrays
+        self.cols = np.zeros((8, n_req), np.int64)
+        self.cols[0], self.cols[1], self.cols[2] = arrays.prompt, arrays.response, arrays.target
+        if initial is not None or not bk.made("generated"):
+            self.cols[3] = arrays.generated
+        if initial is None:
+            for row, name in enumerate(("generated", "status", "join_step", "private_kv", "order"), 3):
+                if bk.made(name):
+                    self.cols[row] = getattr(bk, name)
         self.group_ids = bk.groups.ids
         self.group = np.ascontiguousarray(bk.groups.inverse, np.int64)
         self.state = np.array([[r.S, r.b, r.ctx_fixed, r.kv_fixed, r.wave_left, int(r.blocked), r.next_order, r.cap,

@@ -539,7 +539,8 @@ class StepModel:
             num_decode, context_tokens, chunk_tokens, prefill_s_per_token, num_prefill_seqs
         )
         shape = num_decode.shape
-        c0, c1, m0, m1, floor, fixed = (np.broadcast_to(x, shape) for x in (c0, c1, m0, m1, floor, fixed))
+        c0, c1, m0, m1, floor, fixed = (x if isinstance(x, np.ndarray) and x.shape == shape else np.broadcast_to(x, shape)
+                                        for x in (c0, c1, m0, m1, floor, fixed))
         return Runs(c0, c1, m0, m1, floor, fixed)
 
     def _coefficients(
@@ -571,6 +572,8 @@ class StepModel:
         """Pipeline micro-batches of a step over ``num_seqs`` sequences: ``min(pp, num_seqs)``,
         at least one."""
         if isinstance(num_seqs, np.ndarray):
+            if self.pp == 1:  # the same ones, without clip's dispatch
+                return np.ones_like(num_seqs)
             clipped: np.ndarray = np.clip(num_seqs, 1, self.pp)
             return clipped
         return max(1, min(self.pp, num_seqs))

@@ -199,7 +199,20 @@ class MicroBatchShapes:
     @classmethod
     def of(cls, plan: MicroBatches, padded: bool = False) -> MicroBatchShapes:
         """Every micro-batch of ``plan``, in its order; ``padded``: each sequence as long as the
-        micro-batch's longest ``L`` (``L`` tokens and ``L (L + 1) / 2`` causal pairs each)."""
+        micro-batch's longest ``L`` (``L`` tokens and ``L (L + 1) / 2`` causal pairs each).
+        One instance per plan (by identity; plans are immutable): a batch's forward passes and
+        its update cost the same plan, and a layout's passes are kept by their shapes
+        (:meth:`LayoutCosts.forward`)."""
+        key = (id(plan), padded)
+        hit = _SHAPES.get(key)
+        if hit is not None and hit[0] is plan:
+            return hit[1]
+        shapes = cls._of(plan, padded)
+        _SHAPES.put(key, (plan, shapes))
+        return shapes
+
+    @classmethod
+    def _of(cls, plan: MicroBatches, padded: bool) -> MicroBatchShapes:
         if plan.sizes.size == 0:
             return cls(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
         most = plan.microbatch_longest()
@@ -386,6 +399,7 @@ class LayoutCosts:
         self._spread_memo: dict[int, tuple[MicroBatchShapes, dict[str, np.ndarray]]] = {}
         self._gemm_memo: dict[int, tuple[MicroBatchShapes, np.ndarray]] = {}
         self._tokens_memo: tuple[MicroBatchShapes | None, np.ndarray] = (None, np.zeros(0))
+        self._forwards: BoundedMemo[tuple[int, int], tuple[MicroBatchShapes, PassCost]] = BoundedMemo(4)
         self._dp_comm: dict[tuple[int, str], tuple[float, float]] = {}
         self._matmul = ceilings(cluster, layout.compute_dtype, "matmul")  # fp8 training: FP8 GEMMs
         self._gemms = {  # per stage: weight, rows per token, count of each distinct GEMM (columns)
@@ -422,7 +436,20 @@ class LayoutCosts:
 
     def forward(self, shard: StageShard, mb: MicroBatchShapes, comm_too: bool = True) -> PassCost:
         """Forward of each of ``mb`` on one device of ``shard``'s stage, with its communication
-        (``comm_too=False``: none, its fields zero; a depth reads only the compute)."""
+        (``comm_too=False``: none, its fields zero; a depth reads only the compute). The last few
+        with communication are kept by the shapes' identity: a batch's forward-only pass and its update run the
+        same forward (a PassCost is never changed once made)."""
+        if not comm_too:  # a depth's sequence alone: asked once
+            return self._forward(shard, mb, comm_too)
+        key = (shard.stage, id(mb))
+        hit = self._forwards.get(key)
+        if hit is not None and hit[0] is mb:
+            return hit[1]
+        cost = self._forward(shard, mb, comm_too)
+        self._forwards.put(key, (mb, cost))
+        return cost
+
+    def _forward(self, shard: StageShard, mb: MicroBatchShapes, comm_too: bool) -> PassCost:
         cl, t = self.cluster, self._tokens(mb)
         weights = shard.params * _C
         lin = self._linear(shard, mb, 1, weights + shard.matmul_io_per_token * t * _C)
@@ -850,6 +877,8 @@ class LayoutCosts:
 
 
 _LAYOUT_COSTS: BoundedMemo[tuple[ModelSpec, str, TrainLayout, str], LayoutCosts] = BoundedMemo(256)
+# Shapes by their plan's identity (MicroBatchShapes.of); an entry holds its plan.
+_SHAPES: BoundedMemo[tuple[int, bool], tuple[MicroBatches, MicroBatchShapes]] = BoundedMemo(64)
 # The same spec objects ask again and again (a simulation costs one layout on batch after batch):
 # found by identity first, without hashing the specs (a pydantic model hashes every field at each
 # call) or writing the cluster's JSON. An entry holds its specs, so their ids are not reused

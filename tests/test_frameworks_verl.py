@@ -233,6 +233,9 @@ def test_defaults_are_verls() -> None:
     defaulted = {n.key: n.value for n in rep.defaulted}
     assert defaulted["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "2"
     assert isinstance(spec, ScenarioSpec)
+    # verl >= 0.7 (#4461) packs the actor's model by default; the critic's stays padded
+    assert spec.plan.layouts["actor"].packing and not spec.plan.layout_for("critic").packing
+    assert defaulted["actor_rollout_ref.model.use_remove_padding"] == "True"
 
 
 def test_remove_padding_maps_to_packing_and_round_trips() -> None:

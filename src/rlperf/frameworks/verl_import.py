@@ -455,7 +455,8 @@ class _Importer:
         # model.use_remove_padding is the FSDP workers' switch.
         megatron = strategy == "megatron"
         rp_key = f"{base}.megatron.use_remove_padding" if megatron else f"{ROLE_MODEL[role]}.use_remove_padding"
-        lay["packing"] = as_bool(rp_key, self.r.get(rp_key, True if megatron else DEFAULTS.get(rp_key, False)))
+        version_note = "verl >= 0.7's default (#4461); verl <= 0.6 padded (False)" if rp_key == "actor_rollout_ref.model.use_remove_padding" else ""
+        lay["packing"] = as_bool(rp_key, self.r.get(rp_key, True if megatron else DEFAULTS.get(rp_key, False), version_note))
         fsdp_key = f"{ROLE_MODEL[role]}.use_remove_padding"
         if megatron and self.r.has(fsdp_key):
             self.rec.map(fsdp_key, self.r.get(fsdp_key, False), f"the FSDP workers' switch; {role} packs by {rp_key}")

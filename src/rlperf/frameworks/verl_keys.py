@@ -224,8 +224,10 @@ ENGINE_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": 
 
 # verl's documented defaults (ppo_trainer.yaml) for the keys the importer reads.
 DEFAULTS: dict[str, Any] = {
-    # verl's trainer config leaves remove-padding off; its example scripts turn it on.
-    "actor_rollout_ref.model.use_remove_padding": False,
+    # the actor's model packs by default since verl 0.7 (#4461, Dec 2025: model/hf_model.yaml
+    # use_remove_padding True; before, False, which verl's example scripts turned on); the
+    # critic's and reward model's still default to False
+    "actor_rollout_ref.model.use_remove_padding": True,
     "critic.model.use_remove_padding": False,
     "reward_model.model.use_remove_padding": False,
     "data.train_batch_size": 1024,

@@ -504,3 +504,21 @@ def test_rollout_fp8_quantization_is_an_fp8_engine_and_round_trips() -> None:
     assert spec.plan.rollout.dtype == "bf16" and "actor_rollout_ref.rollout.quantization" in keys(rep.unsupported)
     with pytest.raises(SpecError, match=r"^actor_rollout_ref\.rollout\.quantization: 'int4' is not .*; allowed: fp8, torchao"):
         import_verl(None, [*base, "+actor_rollout_ref.rollout.quantization=int4"])
+
+
+def test_lora_rank_is_read_where_the_roles_backend_reads_it() -> None:
+    # verl's Megatron workers build their PEFT from model.lora (model.lora.rank, verl #4063) and
+    # ignore model.lora_rank, which the FSDP workers read: examples/grpo_trainer/
+    # run_qwen2-7b_math_megatron_lora.sh (lora.rank=256) was costed as full fine-tuning
+    base = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=8", "data.train_batch_size=64",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=64", "algorithm.adv_estimator=grpo"]
+    megatron = [*base, "actor_rollout_ref.actor.strategy=megatron"]
+    spec, rep = import_verl(None, [*megatron, "+actor_rollout_ref.model.lora.rank=256", "+actor_rollout_ref.model.lora.alpha=512"])
+    assert spec.plan.layouts["actor"].lora_rank == 256 and not rep.unknown
+    again, _ = import_verl(None, list(export_verl(spec).args))
+    assert again.plan.layouts["actor"] == spec.plan.layouts["actor"]
+    spec, rep = import_verl(None, [*megatron, "actor_rollout_ref.model.lora_rank=64"])
+    assert spec.plan.layouts["actor"].lora_rank == 0 and "actor_rollout_ref.model.lora_rank" in keys(rep.unsupported)
+    spec, rep = import_verl(None, [*base, "+actor_rollout_ref.model.lora.rank=64"])
+    assert spec.plan.layouts["actor"].lora_rank == 0 and "actor_rollout_ref.model.lora.rank" in keys(rep.unsupported)
+    assert import_verl(None, [*base, "actor_rollout_ref.model.lora_rank=64"])[0].plan.layouts["actor"].lora_rank == 64

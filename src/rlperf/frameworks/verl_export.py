@@ -291,8 +291,11 @@ def _layout(role: str, lay: TrainLayout, out: _Out, width: int) -> None:
         out.set(f"{base}.{tok_k}", _budget(role, "the", lay.max_tokens_per_microbatch, lay, width, out))
     out.set(f"{base}.{micro_k}", lay.micro_batch_size)
     _forward_micro(role, lay, out, width)
-    if role in TRAINED and lay.lora_rank:
-        out.set(f"{ROLE_MODEL[role]}.lora_rank", lay.lora_rank)
+    if role in TRAINED and lay.lora_rank:  # Megatron workers take their PEFT from model.lora
+        if strategy == "megatron":
+            out.add(f"{ROLE_MODEL[role]}.lora.rank", lay.lora_rank)
+        else:
+            out.set(f"{ROLE_MODEL[role]}.lora_rank", lay.lora_rank)
     elif lay.lora_rank:
         out.missing.append(f"{role}: LoRA on a forward-only role (verl's reference is the base model)")
     # actor, reference (and rollout) share actor_rollout_ref.model; the actor's setting is written.

@@ -449,7 +449,7 @@ class _Importer:
         if role == "actor" and strategy != "megatron":
             self._check_fsdp_minibatch(dp, lay["micro_batch_size"])
         if role in ("actor", "critic"):
-            lay["lora_rank"] = self._lora(role)
+            lay["lora_rank"] = self._lora(role, strategy == "megatron")
         # verl's Megatron workers pack sequences (thd) unless <role>.megatron.use_remove_padding
         # is false (engine/megatron.yaml, True; before #4323, Dec 2025, they always packed);
         # model.use_remove_padding is the FSDP workers' switch.
@@ -494,13 +494,20 @@ class _Importer:
             lay.update(offload_params=on, offload_optimizer=on)
         return lay
 
-    def _lora(self, role: str) -> int:
-        """``model.lora_rank`` of a trained role: adapters on every linear layer, the base frozen
-        (rlperf.cost.lora); MoE and MLA models keep full fine-tuning and list the key."""
+    def _lora(self, role: str, megatron: bool) -> int:
+        """The LoRA rank of a trained role: adapters on every linear layer, the base frozen
+        (rlperf.cost.lora); MoE and MLA models keep full fine-tuning and list the key. verl's
+        FSDP workers read ``model.lora_rank``; its Megatron workers build their PEFT from
+        ``model.lora`` (``model.lora.rank``, Megatron-Bridge, verl #4063, Nov 2025) and ignore
+        ``lora_rank``: the key the role's backend does not read is listed."""
         from rlperf.catalog import load_model
         from rlperf.cost.lora import adapter_params_per_layer
 
-        key = f"{ROLE_MODEL[role]}.lora_rank"
+        flat_key, nested_key = f"{ROLE_MODEL[role]}.lora_rank", f"{ROLE_MODEL[role]}.lora.rank"
+        key, other = (nested_key, flat_key) if megatron else (flat_key, nested_key)
+        if self.r.has(other) and self.r.flat[other] not in (None, 0, "0"):
+            backend = "Megatron" if megatron else "FSDP"
+            self.rec.unsupported_key(other, self.r.flat[other], f"verl's {backend} workers take the LoRA rank from {key}, not this key")
         if not self.r.has(key):
             return 0
         rank = as_int(key, self.r.get(key, None), lo=0)

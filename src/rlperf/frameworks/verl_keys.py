@@ -86,6 +86,7 @@ IGNORED: tuple[tuple[str, str], ...] = (
     ("*.custom_chat_template", "prompt formatting"),
     ("*.use_shm", "model loading"),
     ("*.lora_alpha", "LoRA hyperparameter"),
+    ("*.model.lora.*", "LoRA hyperparameters of verl's Megatron PEFT (the rank is read)"),
     ("*.target_modules", "LoRA hyperparameter"),
     ("*.exclude_modules", "LoRA hyperparameter"),
     ("*.wrap_policy.*", "FSDP wrapping granularity"),

@@ -5,7 +5,8 @@
   rank`` (the keys are distinct, so any binary heap pops them in the same order).
 * :func:`first_fit`: each rank's sequences (longest first) to the lowest-numbered bin with
   room for them, else to a new bin with ``max(budget - length, 0)`` room. The lowest bin with
-  room at least ``t`` is found in a max-tree over the bins' room (O(log bins) per sequence).
+  room at least ``t`` is found in a max-tree over the bins' room (O(log bins) per sequence),
+  as wide as the most bins a rank can open.
 
 Both return flat arrays (:class:`rlperf.stages.microbatch.MicroBatches`' layout).
 tests/test_stage_arrays.py compares them with the definitions, loop by loop.
@@ -76,9 +77,15 @@ def first_fit(values: np.ndarray, starts: np.ndarray, budget: int) -> tuple[np.n
     the order it got them; each bin's size; each bin's rank)."""
     num_ranks = starts.shape[0] - 1
     n = values.shape[0]
+    # Leaves for the most bins any rank opens: its sequences, and at most 2 x its tokens / budget
+    # + 1 (first fit leaves at most one bin half full or less: a later bin's first item did not
+    # fit in the earlier one, so that one was already over half full)
     longest_part = 1
     for r in range(num_ranks):
-        longest_part = max(longest_part, starts[r + 1] - starts[r])
+        total = 0
+        for k in range(starts[r], starts[r + 1]):
+            total += values[k]
+        longest_part = max(longest_part, min(starts[r + 1] - starts[r], 2 * total // budget + 1))
     width = 1
     while width < longest_part:
         width *= 2

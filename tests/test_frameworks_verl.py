@@ -522,3 +522,21 @@ def test_lora_rank_is_read_where_the_roles_backend_reads_it() -> None:
     spec, rep = import_verl(None, [*base, "+actor_rollout_ref.model.lora.rank=64"])
     assert spec.plan.layouts["actor"].lora_rank == 0 and "actor_rollout_ref.model.lora.rank" in keys(rep.unsupported)
     assert import_verl(None, [*base, "actor_rollout_ref.model.lora_rank=64"])[0].plan.layouts["actor"].lora_rank == 64
+
+
+def test_newer_verl_keys_are_classified_not_unknown() -> None:
+    # keys of verl 0.6 / 0.7 configs that were listed as unknown: no effect on step time or
+    # memory (ignored), or a feature rlperf does not model at a value that changes nothing
+    base = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=8", "data.train_batch_size=64",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=64", "algorithm.adv_estimator=grpo"]
+    quiet = ["+actor_rollout_ref.rollout.prometheus.enable=False", "+actor_rollout_ref.actor.data_loader_seed=42",
+             "+actor_rollout_ref.actor.fsdp_config.use_orig_params=False", "+actor_rollout_ref.actor.tau_pos=1.0",
+             "+actor_rollout_ref.model.tiled_mlp.enabled=False", "+actor_rollout_ref.model.mtp.enable=False",
+             "+actor_rollout_ref.model.mtp.num_speculative_tokens=1", "+transfer_queue.enable=False",
+             "+actor_rollout_ref.actor.router_replay.mode=disabled", "+trainer.profile_steps=[1]"]
+    _, rep = import_verl(None, [*base, *quiet])
+    assert not rep.unknown and not rep.unsupported
+    _, rep = import_verl(None, [*base, "+actor_rollout_ref.model.mtp.enable=True", "+actor_rollout_ref.model.tiled_mlp.enabled=True"])
+    assert {"actor_rollout_ref.model.mtp.enable", "actor_rollout_ref.model.tiled_mlp.enabled"} <= keys(rep.unsupported)
+    _, rep = import_verl(None, [*base, "actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.model.enable_gradient_checkpointing=True"])
+    assert any(n.key == "actor_rollout_ref.model.enable_gradient_checkpointing" and "not read" in n.note for n in rep.mapped)

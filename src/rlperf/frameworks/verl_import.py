@@ -755,6 +755,10 @@ class _Importer:
 
     def _recompute(self, role: str, strategy: str) -> str:
         if strategy == "megatron":
+            if role in ROLE_RECOMPUTE and self.r.has(ROLE_RECOMPUTE[role]):
+                # verl's Megatron workers recompute by override_transformer_config only
+                self.r.touch(ROLE_RECOMPUTE[role])
+                self.rec.map(ROLE_RECOMPUTE[role], self.r.flat[ROLE_RECOMPUTE[role]], "not read by verl's Megatron workers")
             key = f"{ROLE_BASE[role]}.megatron.override_transformer_config.recompute_granularity"
             gran = self.r.get(key, None)
             if gran is not None:

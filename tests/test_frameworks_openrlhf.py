@@ -74,7 +74,7 @@ def test_async_with_actor_ref_colocated() -> None:
     assert spec.algorithm.name == "REINFORCE++"
     lay = p.layouts["actor"]
     assert (lay.zero_stage, lay.offload_optimizer, lay.recompute) == (2, True, "full")
-    assert keys(rep.unsupported) == {"--enforce_eager"}
+    assert not rep.unsupported and not p.rollout.cuda_graphs  # --enforce_eager
     ignored = {n.key: n.note for n in rep.ignored}
     assert ignored["--ref_num_nodes"] == "has no effect in this configuration"  # --colocate_actor_ref
 
@@ -269,3 +269,17 @@ def test_a_token_budget_with_autotp_holds_budget_x_tp_tokens_and_round_trips() -
     assert again.plan.layouts["actor"] == a2
     odd = two.model_copy(update={"plan": two.plan.model_copy(update={"layouts": {"actor": a2.model_copy(update={"max_tokens_per_microbatch": 16385})}})})
     assert any("not a multiple of tp 2" in m for m in export_openrlhf(odd).not_expressible)
+
+
+def test_enforce_eager_turns_the_engines_cuda_graphs_off_and_round_trips() -> None:
+    # vllm_engine.LLMRayActor passes --enforce_eager / --vllm.enforce_eager to vLLM (no CUDA
+    # graphs: every op of a decode step launched from the host); it was listed as unsupported
+    # and the engine costed with CUDA graphs
+    plain, _ = import_openrlhf(BASE)
+    eager, rep = import_openrlhf(f"{BASE} --enforce_eager")
+    assert plain.plan.rollout.cuda_graphs and not eager.plan.rollout.cuda_graphs
+    assert "--enforce_eager" in keys(rep.mapped) and "--enforce_eager" not in keys(rep.unsupported)
+    dotted, _ = import_openrlhf(f"{BASE} --vllm.enforce_eager")
+    assert not dotted.plan.rollout.cuda_graphs
+    again, _ = import_openrlhf(list(export_openrlhf(eager).args))
+    assert again.plan.rollout == eager.plan.rollout

@@ -31,6 +31,7 @@ READ: dict[str, Any] = {
     "vllm_tensor_parallel_size": 1,
     "vllm_gpu_memory_utilization": 0.95,
     "enable_prefix_caching": "flag",
+    "enforce_eager": "flag",
     "vllm_enable_sleep": "flag",
     "deepspeed_enable_sleep": "flag",
     "async_train": "flag",
@@ -98,7 +99,6 @@ IGNORED: dict[str, str] = {
 
 # name -> (what rlperf does instead, harmless values)
 UNSUPPORTED: dict[str, tuple[str, tuple[Any, ...]]] = {
-    "enforce_eager": ("decode efficiency is the profile's (CUDA graphs assumed)", (False,)),
     "vllm_sync_backend": ("weight sync is costed as an NCCL broadcast", ("nccl",)),
     "vllm_sync_with_ray": ("weight sync is costed as an NCCL broadcast", (False,)),
     "vllm_generate_batch_size": ("the engine receives the whole rollout batch", (None,)),

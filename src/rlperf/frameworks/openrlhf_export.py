@@ -267,6 +267,8 @@ def _engine(e: EngineLayout, out: _Out) -> None:
     out.set("vllm_gpu_memory_utilization", e.gpu_memory_utilization)
     if e.prefix_sharing:
         out.set("enable_prefix_caching")
+    if not e.cuda_graphs:
+        out.set("enforce_eager")
     default = EngineLayout()
     for field in ("max_num_seqs", "max_num_batched_tokens", "dtype", "kv_dtype"):
         if getattr(e, field) != getattr(default, field):

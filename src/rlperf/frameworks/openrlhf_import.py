@@ -503,6 +503,8 @@ class _Importer:
             "replicas": engines or gpus // vtp,
             "gpu_memory_utilization": as_float("--vllm_gpu_memory_utilization", self.raw("vllm_gpu_memory_utilization", "engine memory share"), 0.01, 1.0),
             "prefix_sharing": self.flag("enable_prefix_caching", "prefix_sharing"),
+            # --enforce_eager: vLLM without CUDA graphs (vllm_engine.LLMRayActor's enforce_eager)
+            "cuda_graphs": not self.flag("enforce_eager", "engine CUDA graphs off when set"),
         }
 
     def _mode(self) -> dict[str, Any]:

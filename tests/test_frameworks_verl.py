@@ -163,7 +163,10 @@ def test_export_of_shipped_scenarios_is_stable(name: str) -> None:
     assert not report.unknown
     twice, _ = import_verl(None, list(export_verl(once).args), gpu=spec.cluster.gpu)
     assert twice == once
-    if not any(m.startswith("algorithm") for m in first.not_expressible):
+    # what the import reads back differently: the algorithm, or a forward-only role's weights kept
+    # on GPU (verl's FSDP workers stream them from host)
+    lost = [m for m in first.not_expressible if m.startswith("algorithm") or "stream a" in m]
+    if not lost:
         assert export_verl(once).args == first.args
 
 
@@ -540,3 +543,17 @@ def test_newer_verl_keys_are_classified_not_unknown() -> None:
     assert {"actor_rollout_ref.model.mtp.enable", "actor_rollout_ref.model.tiled_mlp.enabled"} <= keys(rep.unsupported)
     _, rep = import_verl(None, [*base, "actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.model.enable_gradient_checkpointing=True"])
     assert any(n.key == "actor_rollout_ref.model.enable_gradient_checkpointing" and "not read" in n.note for n in rep.mapped)
+
+
+def test_fsdp_reference_and_reward_models_keep_their_weights_on_host() -> None:
+    # verl's FSDP workers wrap the reference (and the reward model) in CPUOffload(offload_params
+    # =True) whatever ref.fsdp_config.param_offload says ("We force reference policy to use
+    # CPUOffload to save memory", #121); it was costed on GPU unless param_offload was set
+    base = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=8", "data.train_batch_size=64",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=64", "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=True"]
+    for extra in ([], ["actor_rollout_ref.ref.fsdp_config.param_offload=False"], ["actor_rollout_ref.ref.fsdp_config.param_offload=True"]):
+        spec, rep = import_verl(None, [*base, *extra])
+        assert spec.plan.layout_for("ref").offload_params and not spec.plan.layouts["actor"].offload_params
+        assert any("force CPUOffload" in a for a in rep.assumptions)
+    megatron, _ = import_verl(None, [*base, "actor_rollout_ref.actor.strategy=megatron"])
+    assert not megatron.plan.layout_for("ref").offload_params  # Megatron's reference: its param_offload only

@@ -487,6 +487,12 @@ class _Importer:
         self.rec.map(key, sp, f"{role} cp (Ulysses)")
         lay: dict[str, Any] = {"zero_stage": 3, "cp": sp, "cp_kind": "ulysses"}
         lay.update(self._role_offload(role, fsdp, ("param_offload", "optimizer_offload")))
+        if role in ("ref", "reward_model"):
+            # fsdp_workers: "We force reference policy to use CPUOffload to save memory" (verl #121,
+            # Jan 2025: FSDP1 CPUOffload(offload_params=True), FSDP2 CPUOffloadPolicy; the reward
+            # model's worker likewise): its weights stay on host, each rank's shard copied in per pass
+            lay["offload_params"] = True
+            self.rec.assume(f"{role}: weights on host, streamed in per pass (verl's FSDP workers force CPUOffload for it)")
         policy_key = f"{fsdp}.offload_policy"
         if role == "actor" and self.r.has(policy_key):
             on = as_bool(policy_key, self.r.get(policy_key, None))
@@ -538,6 +544,10 @@ class _Importer:
             elif role in ("actor", "critic"):
                 self.offload |= on
                 self.rec.map(k, on, "offload_between_phases" if on else "states stay on GPU")
+            elif which == "param_offload" and not prefix.endswith(".megatron"):
+                # verl's FSDP workers wrap a forward-only role in CPUOffload(offload_params=True)
+                # whatever this key says (_fsdp); the key only parks its weights between phases
+                self.rec.map(k, on, f"{role} weights on host either way (verl forces CPUOffload for it)")
             elif which == "param_offload":
                 out["offload_params"] = on
                 self.rec.map(k, on, f"{role} weights on host, streamed in per pass (offload_params)" if on else "weights stay on GPU")

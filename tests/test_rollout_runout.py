@@ -164,3 +164,25 @@ def test_step_model_runs_equal_run() -> None:
         one = step.run(*a)
         assert (one.c0, one.c1, one.m0, one.m1, one.fixed) == (
             many.c0[k], many.c1[k], many.m0[k], many.m1[k], many.fixed[k])
+
+
+# Step models the solo-time comparison below draws from (dense and MoE, tensor and pipeline
+# parallel, eager and graph-captured): built once.
+_SOLO_STEPS = [StepModel.build(m, H100, EngineLayout(tp=tp, pp=pp, cuda_graphs=graphs))
+               for m, tp, pp, graphs in ((QWEN7, 1, 1, True), (QWEN7, 4, 2, False), (MOE, 2, 2, True), (MOE, 1, 1, False))]
+
+
+@settings(max_examples=60, deadline=None)
+@given(step=st.sampled_from(_SOLO_STEPS), budget=st.sampled_from([256, 2048, 16384]),
+       reqs=st.lists(st.tuples(st.integers(1, 60_000), st.integers(0, 40_000)), min_size=1, max_size=12))
+def test_solo_times_one_by_one_equal_the_array_forms(step: StepModel, budget: int, reqs: list[tuple[int, int]]) -> None:
+    """A few requests costed one by one on the scalar forms (rollout.SOLO_SCALAR_MAX) give
+    exactly what the array forms give for them all at once."""
+    from rlperf.stages import rollout
+
+    ctx, steps = (np.array(c, np.int64) for c in zip(*reqs))
+    one_by_one = rollout.solo_times_s(step, ctx, steps, budget)
+    with patch.object(rollout, "SOLO_SCALAR_MAX", 0):
+        at_once = rollout.solo_times_s(step, ctx, steps, budget)
+    assert one_by_one[0].tolist() == at_once[0].tolist()
+    assert one_by_one[1].tolist() == at_once[1].tolist()

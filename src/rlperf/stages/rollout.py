@@ -425,14 +425,33 @@ def solo_times_s(
     """(prefill, decode) time of each request alone on a replica at batch 1: prefill of
     ``context_tokens`` in chunks of ``budget``, then ``decode_steps`` steps from there."""
     # All requests at once: the array forms of prefill_s_per_token, run and Run.time_s do the
-    # same operations elementwise (the run-out's timing relies on it too).
+    # same operations elementwise (the run-out's timing relies on it too). A few requests are
+    # costed one by one on the scalar forms instead: the array forms' ~150 numpy calls cost
+    # ~0.4 ms whatever the size, a request ~10 µs (the planner's bound asks for one at a time).
     p = np.asarray(context_tokens, np.int64)
     r = np.asarray(decode_steps, np.int64)
+    if p.ndim == 1 and p.size <= SOLO_SCALAR_MAX and p.min(initial=1) > 0:
+        pairs = [_solo_s(step, pk, rk, budget) for pk, rk in zip(p.tolist(), r.tolist())]
+        return np.array([x for x, _ in pairs], np.float64), np.array([y for _, y in pairs], np.float64)
     n_chunks = -(-p // budget)
     q = step.prefill_s_per_token(p, 0.5 * p * (p + 1), np.ones_like(p))
     zero, one = np.zeros_like(p), np.ones_like(p)
     pre = step.runs(zero, zero, p / n_chunks, q, one).time_s(n_chunks)  # a wave of one sequence
     dec = step.runs(one, p + 1, np.zeros(p.shape), np.zeros(p.shape), zero).time_s(r)
+    return pre, dec
+
+
+# Requests up to which solo_times_s costs each alone on the scalar forms.
+SOLO_SCALAR_MAX = 32
+
+
+def _solo_s(step: StepModel, context_tokens: int, decode_steps: int, budget: int) -> tuple[float, float]:
+    """:func:`solo_times_s` of one request (``context_tokens`` > 0) on the scalar forms, in
+    the same operations."""
+    n_chunks = -(-context_tokens // budget)
+    q = step.prefill_s_per_token(context_tokens, 0.5 * context_tokens * (context_tokens + 1), 1)
+    pre = step.run(0, 0, context_tokens / n_chunks, q, 1).time_s(n_chunks)
+    dec = step.run(1, context_tokens + 1, 0.0, 0.0, 0).time_s(decode_steps)
     return pre, dec
 
 

@@ -557,3 +557,18 @@ def test_fsdp_reference_and_reward_models_keep_their_weights_on_host() -> None:
         assert any("force CPUOffload" in a for a in rep.assumptions)
     megatron, _ = import_verl(None, [*base, "actor_rollout_ref.actor.strategy=megatron"])
     assert not megatron.plan.layout_for("ref").offload_params  # Megatron's reference: its param_offload only
+
+
+def test_a_megatron_reference_with_param_offload_is_loaded_whole_for_its_pass() -> None:
+    # megatron_workers.compute_ref_log_prob loads the whole reference before its pass and offloads
+    # it after: its weights are on GPU during the pass (they were costed as streamed from host per
+    # micro-batch: no weights in its memory, a PCIe copy in every micro-batch)
+    base = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=8", "data.train_batch_size=64",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=64", "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=True",
+            "actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.ref.megatron.param_offload=True"]
+    spec, rep = import_verl(None, base)
+    assert not spec.plan.layout_for("ref").offload_params
+    assert any(n.key == "actor_rollout_ref.ref.megatron.param_offload" and "loaded whole" in n.note for n in rep.mapped)
+    streamed = spec.plan.layout_for("ref").model_copy(update={"offload_params": True})
+    plan = spec.plan.model_copy(update={"layouts": {**spec.plan.layouts, "ref": streamed}})
+    assert any("load a ref whole" in m for m in export_verl(spec.model_copy(update={"plan": plan})).not_expressible)

@@ -392,6 +392,8 @@ def _offload(plan: Plan, roles: list[str], out: _Out) -> None:
             out.set(f"{prefix}.{what}", on if trained else lay.offload_params)
         if not trained and lay.offload_optimizer:
             out.missing.append(f"{role}: offload_optimizer on a forward-only role (it has no optimizer)")
+        if not trained and _strategy(lay) == "megatron" and lay.offload_params:
+            out.missing.append(f"{role}: weights streamed from host per pass; verl's Megatron workers load a {role} whole for its pass (param_offload parks it between phases)")
         if not trained and _strategy(lay) == "fsdp" and not lay.offload_params:
             out.missing.append(f"{role}: weights kept on GPU; verl's FSDP workers always stream a {role}'s weights from host (CPUOffload)")
 

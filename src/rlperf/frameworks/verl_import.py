@@ -549,8 +549,11 @@ class _Importer:
                 # whatever this key says (_fsdp); the key only parks its weights between phases
                 self.rec.map(k, on, f"{role} weights on host either way (verl forces CPUOffload for it)")
             elif which == "param_offload":
-                out["offload_params"] = on
-                self.rec.map(k, on, f"{role} weights on host, streamed in per pass (offload_params)" if on else "weights stay on GPU")
+                # megatron_workers load the whole model before the role's pass and offload it
+                # after (load_megatron_model_to_gpu / offload_megatron_model_to_cpu): its weights
+                # are on GPU during the pass, parked on host between phases
+                self.rec.map(k, on, f"{role} weights parked on host between phases, loaded whole for its pass "
+                             "(the load is not costed)" if on else "weights stay on GPU")
             else:
                 self.rec.map(k, on, f"{role} has no optimizer or gradients: no effect")
         return out

@@ -283,3 +283,20 @@ def test_enforce_eager_turns_the_engines_cuda_graphs_off_and_round_trips() -> No
     assert not dotted.plan.rollout.cuda_graphs
     again, _ = import_openrlhf(list(export_openrlhf(eager).args))
     assert again.plan.rollout == eager.plan.rollout
+
+
+def test_lora_rank_trains_adapters_on_the_actor_and_critic_and_round_trips() -> None:
+    # ppo_actor / ppo_critic give --lora_rank (--ds.lora.rank) to their models; the reference and
+    # reward model stay whole. It was listed as unsupported and costed as full fine-tuning.
+    args = f"{BASE} --init_kl_coef 0.01 --colocate_actor_ref --lora_rank 64"
+    spec, rep = import_openrlhf(args)
+    assert spec.plan.layouts["actor"].lora_rank == 64 and spec.plan.layout_for("ref").lora_rank == 0
+    assert "--lora_rank" in keys(rep.mapped) and "--lora_rank" not in keys(rep.unsupported)
+    dotted, _ = import_openrlhf(args.replace("--lora_rank", "--ds.lora.rank"))
+    assert dotted.plan.layouts["actor"].lora_rank == 64
+    exported = export_openrlhf(spec)
+    assert not [m for m in exported.not_expressible if "LoRA" in m]
+    again, _ = import_openrlhf(list(exported.args))
+    assert again.plan == spec.plan
+    _, rep = import_openrlhf(f"{args} --target_modules q_proj v_proj")
+    assert "--target_modules" in keys(rep.unsupported)

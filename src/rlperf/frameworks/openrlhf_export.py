@@ -247,6 +247,12 @@ def _layout(spec: ScenarioSpec, out: _Out) -> None:
         out.set("micro_rollout_batch_size", lay.forward_micro_batch_size)
     if lay.offload_optimizer:
         out.set("adam_offload")
+    if lay.lora_rank:
+        out.set("lora_rank", lay.lora_rank)
+    for role in roles_in_use(spec):
+        other = spec.plan.layout_for(role).lora_rank
+        if role in _ROLE_FLAG and other != (lay.lora_rank if role == "critic" else 0):
+            out.missing.append(f"{role}: LoRA rank {other}; OpenRLHF gives the actor's --lora_rank to the critic, none to frozen models")
     if lay.offload_params:
         out.missing.append("parameter offload during training (ZeRO-Offload of parameters): not an OpenRLHF argument")
     for field, want in (("param_dtype", "bf16"), ("grad_dtype", "fp32"), ("overlap_grad_comm", True)):
@@ -259,8 +265,9 @@ def _layout(spec: ScenarioSpec, out: _Out) -> None:
 
 
 def _shape(lay: TrainLayout) -> dict[str, object]:
-    """A layout without its data-parallel degree (each OpenRLHF group has its own size)."""
-    return lay.model_dump(exclude={"dp"})
+    """A layout without its data-parallel degree (each OpenRLHF group has its own size) and its
+    LoRA rank (the actor's and critic's, the frozen models' 0: one --lora_rank says both)."""
+    return lay.model_dump(exclude={"dp", "lora_rank"})
 
 
 def _engine(e: EngineLayout, out: _Out) -> None:

@@ -195,6 +195,7 @@ class _Importer:
         self.gpu = gpu
         self.mean = mean
         self.has_ref = False
+        self.model = ""  # the actor's catalog model, read first by run()
 
     def raw(self, name: str, note: str = "") -> Any:
         default = self.defaults[name]
@@ -218,7 +219,7 @@ class _Importer:
     def run(self) -> tuple[ScenarioSpec, ImportReport]:
         if "pretrain" not in self.values:
             raise SpecError("--pretrain", "missing: the importer needs the actor's model")
-        model = catalog_model("--pretrain", self.values["pretrain"], self.rec)
+        model = self.model = catalog_model("--pretrain", self.values["pretrain"], self.rec)
         name = self._algorithm_name()
         algorithm = self._algorithm(name, model)
         workload, minibatches = self._batches()
@@ -471,15 +472,35 @@ class _Importer:
         if "bf16" in self.values:
             self.rec.map("--bf16", True, "bf16 compute")
         layouts: dict[str, Any] = {}
+        lora = self._lora()
         for role in ("actor", "critic", "ref", "reward_model"):
             gpus = pool_gpus.get(role)
-            if gpus is None or (role != "actor" and gpus == pool_gpus["actor"]):
+            # a frozen model on the actor's pool keeps its own layout when the actor has adapters
+            frozen = role in ("ref", "reward_model")
+            if gpus is None or (role != "actor" and gpus == pool_gpus["actor"] and not (lora and frozen)):
                 continue
             if gpus % (tp * cp) != 0:
                 flag = "--ring_attn_size" if gpus % cp else "--ds_tensor_parallel_size"  # the one that does not fit
                 raise SpecError(flag, f"tp·cp = {tp * cp} does not divide the {gpus} GPUs of the {role}")
-            layouts[role] = {**base, "dp": gpus // (tp * cp)}
+            layouts[role] = {**base, "dp": gpus // (tp * cp), "lora_rank": 0 if frozen else lora}
         return layouts
+
+    def _lora(self) -> int:
+        """``--lora_rank`` (``--ds.lora.rank``): PEFT adapters on the actor and the critic
+        (ppo_actor / ppo_critic pass it to their model), the reference and reward model frozen
+        and whole; MoE and MLA models keep full fine-tuning and list the flag (rlperf.cost.lora)."""
+        from rlperf.catalog import load_model
+        from rlperf.cost.lora import adapter_params_per_layer
+
+        rank = self.int_("lora_rank", "", lo=0)
+        if rank:
+            try:
+                adapter_params_per_layer(load_model(self.model), rank)
+            except SpecError as err:
+                self.rec.unsupported_key("--lora_rank", rank, f"{err.problem}: costed as full fine-tuning")
+                return 0
+        self.rec.map("--lora_rank", rank, "actor and critic LoRA rank (frozen base weights)" if rank else "full fine-tuning")
+        return rank
 
     def _forward(self, name: str, used: bool, tokens_per_gpu_times: int = 1) -> int | None:
         """A forward-pass micro-batch setting where the command line gives it (None: training's);

@@ -52,13 +52,21 @@ def collector_paused() -> Iterator[None]:
     everything; what only the collector frees (reference cycles) is left until the command
     ends: about 100k objects, 9-25 MB more peak memory on those questions
     (docs/benchmarks.md). The process ends after the command, so none of it outlives it; a
-    Python caller of :func:`rlperf.api.plan` keeps its own collector settings."""
+    Python caller of :func:`rlperf.api.plan` keeps its own collector settings.
+
+    Back on, the collector would walk every object the command made at its first young
+    collection (all of them are still in the youngest generation: 0.14 CPU-s after the README
+    question), so they go to the oldest generation first (frozen and unfrozen), unless
+    something else froze objects (unfreezing would release those too)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 

@@ -197,6 +197,77 @@ def test_swiglu_gqa_layer_from_shapes() -> None:
     assert acts.score_bytes == 0
 
 
+def tiny_moe(num_experts: int = 8) -> ModelSpec:
+    """h 64, 4 query heads and 2 KV heads of 16, 2 of ``num_experts`` experts of width 32."""
+    moe = MoESpec(num_experts=num_experts, experts_per_token=2, expert_intermediate_size=32)
+    return ModelSpec(
+        name="tiny-moe", architecture="moe", hidden_size=64, num_layers=1, num_heads=4, num_kv_heads=2,
+        head_dim=16, intermediate_size=256, vocab_size=1000, moe=moe,
+    )
+
+
+# Hand-derived bytes per token of tiny_moe's one layer (bf16, flash, no dropout, tp 1):
+# norm inputs 2*(2*64) = 256; QKV input 2*64 = 128; Q 2*64 + K, V 2*(2*32) + output 2*64 +
+# log-sum-exp 4*4 = 400; MoE input 2*64 = 128; router probabilities 4*8 = 32. Per routed copy
+# (2 per token): Hugging Face: input 128 + SwiGLU 8*32 + output 128 = 512; Megatron fused
+# (weighted_bias_swiglu_impl): input 128 + fc1 output 4*32 + product 2*32 + fp32 weight 4 = 324;
+# Megatron unfused: input 128 + 8*32 + weighted product 2*32 + weight 4 = 452.
+_TINY_DENSE_PART = 256 + 128 + 400 + 128 + 32
+
+
+@pytest.mark.parametrize(
+    ("megatron", "fused", "per_copy"), [(False, False, 512), (True, True, 324), (True, False, 452)]
+)
+def test_moe_layer_matches_hand_count(megatron: bool, fused: bool, per_copy: int) -> None:
+    acts = layer_activations(tiny_moe(), 0, megatron_experts=megatron, fused_activation=fused)
+    assert acts.total_bytes == _TINY_DENSE_PART + 2 * per_copy
+
+
+def test_moe_routed_copies_split_by_tp_over_etp() -> None:
+    """tp 2 with sequence parallelism: every h-wide and head-split tensor halves. etp 1: each tp
+    rank routes its half of the tokens to whole experts (1 copy per token, 324 bytes); etp 2:
+    the copies are gathered over the etp group (2 per token), each expert half as wide
+    (input 128 + fc1 output 4*16 + product 2*16 + weight 4 = 228)."""
+    halved = _TINY_DENSE_PART / 2
+    for etp, routed in ((1, 324), (2, 2 * 228)):
+        acts = layer_activations(tiny_moe(), 0, tp=2, etp=etp, megatron_experts=True, fused_activation=True)
+        assert acts.total_bytes == halved + routed
+    full = layer_activations(tiny_moe(), 0, megatron_experts=True, fused_activation=True).total_bytes
+    assert layer_activations(tiny_moe(), 0, tp=2, etp=1, megatron_experts=True, fused_activation=True).total_bytes == full / 2
+
+
+def test_moe_activations_follow_the_routed_tokens_not_the_experts() -> None:
+    """Doubling the experts at the same top-k adds only the router's fp32 probabilities."""
+    for megatron in (False, True):
+        few, many = (
+            layer_activations(tiny_moe(n), 0, megatron_experts=megatron, fused_activation=megatron).total_bytes
+            for n in (8, 16)
+        )
+        assert many - few == 8 * 4
+
+
+def test_fused_activation_keeps_six_bytes_per_mlp_width() -> None:
+    """Megatron's bias_swiglu_impl keeps the fc1 output and the product: 6 bytes per unit of
+    width where the unfused SwiGLU keeps 8 (gate, SiLU, up, product)."""
+    unfused = layer_activations(QWEN25_7B, 0, seq_len=4096).total_bytes
+    fused = layer_activations(QWEN25_7B, 0, seq_len=4096, fused_activation=True).total_bytes
+    assert unfused - fused == 2 * 18944
+
+
+def test_megatron_layout_reads_its_moe_kernels() -> None:
+    """train_memory passes the layout's etp, backend and fused activation to the count."""
+    m = QWEN3_30B_A3B
+    hf_layout = TrainLayout(dp=8, ep=8, etp=1, recompute="none", zero_stage=1)
+    mg_layout = hf_layout.model_copy(update={"backend": "megatron", "fused_activation": True})
+    hf = train_memory(m, hf_layout, 10240).activations_bytes
+    mg = train_memory(m, mg_layout, 10240).activations_bytes
+    per_layer = sum(
+        layer_activations(m, i, etp=1, megatron_experts=True, fused_activation=True).total_bytes for i in range(48)
+    )
+    assert mg == pytest.approx(10240 * (per_layer + 2 * 2048 * 2))
+    assert mg < hf
+
+
 def test_recompute_ordering() -> None:
     m = gpt(2048, 16, layers=8)
     mems = {

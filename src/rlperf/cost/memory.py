@@ -251,17 +251,45 @@ def _state_bytes(st: StageParams, lay: TrainLayout, per_param_bytes: float, shar
 def _layer_activations(
     model: ModelSpec, lay: TrainLayout, st: StageParams, span: float, flash: bool
 ) -> tuple[LayerActivations, ...]:
-    return _stage_layer_activations(model, st.layers, lay.tp, lay.sequence_parallel, span, flash)
+    # Megatron-Core's experts apply the routing weight before their second GEMM (TEGroupedMLP),
+    # Hugging Face's MoE blocks multiply the expert output (memory_activations' docstring).
+    kernels = _MlpKernels(lay.expert_tp, lay.backend == "megatron", lay.fused_activation)
+    return _stage_layer_activations(model, st.layers, lay.tp, lay.sequence_parallel, span, flash, kernels)
+
+
+@dataclass(frozen=True)
+class _MlpKernels:
+    """The layout's choices that decide which MLP tensors are kept (a memo key)."""
+
+    etp: int
+    megatron_experts: bool
+    fused_activation: bool
 
 
 # Memoized per stage (one key per stage, not per layer): a planner's memory checks ask for the
 # same stages of the same model under many layouts and pool sizes; the result is frozen.
 @lru_cache(maxsize=1024)
 def _stage_layer_activations(
-    model: ModelSpec, layers: range, tp: int, sequence_parallel: bool, span: float, flash: bool
+    model: ModelSpec,
+    layers: range,
+    tp: int,
+    sequence_parallel: bool,
+    span: float,
+    flash: bool,
+    kernels: _MlpKernels,
 ) -> tuple[LayerActivations, ...]:
     return tuple(
-        layer_activations(model, i, tp=tp, sequence_parallel=sequence_parallel, seq_len=span, flash_attention=flash)
+        layer_activations(
+            model,
+            i,
+            tp=tp,
+            sequence_parallel=sequence_parallel,
+            seq_len=span,
+            flash_attention=flash,
+            etp=kernels.etp,
+            megatron_experts=kernels.megatron_experts,
+            fused_activation=kernels.fused_activation,
+        )
         for i in layers
     )
 

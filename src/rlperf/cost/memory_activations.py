@@ -22,18 +22,35 @@ dense SwiGLU MLP (width ``f``)
     ``f = 4h``)
 MoE layer (``E`` experts, ``k`` per token, expert width ``f_e``, shared width ``f_s``)
   - input ``2h`` (router, shared expert and dispatch share it); router probabilities in fp32 ``4E``
-  - per routed copy: dispatched input ``2h``, the expert's SwiGLU ``8f_e``, its output ``2h`` (kept
-    by the multiply with the routing weight); shared expert ``8f_s``
+  - per routed copy (``k`` per token; never ``E``: an expert keeps only the tokens routed to it):
+    its input ``2h`` (the dispatched/permuted row, the first expert GEMM's input) and the
+    expert's SwiGLU; then
+    - Hugging Face (``Qwen3MoeSparseMoeBlock``): SwiGLU ``8f_e`` and the expert output ``2h``,
+      kept by the multiply with the routing weight;
+    - Megatron-Core (``TEGroupedMLP``): the routing weight is applied inside the activation,
+      before the second GEMM, so the expert output is not kept; the weight itself, fp32, ``4``.
+      With ``bias_activation_fusion`` (``weighted_bias_swiglu_impl``, megatron/core/fusions/
+      fused_bias_swiglu.py) only the first GEMM's output ``4f_e`` and the weighted product
+      ``2f_e`` (the second GEMM's input) are kept: ``6f_e``; unfused, SiLU output and the
+      unweighted product too: ``10f_e``. The permute/unpermute kernels (``moe_permute_fusion``)
+      and the all-to-all or DeepEP dispatch keep only index maps.
+  - shared expert: a dense SwiGLU of width ``f_s``
+dense SwiGLU under Megatron with ``bias_activation_fusion`` (``bias_swiglu_impl``): the fused
+kernel keeps its input, so ``4f`` (first GEMM output) + ``2f`` (product) = ``6f`` instead of ``8f``.
 norms: each keeps its input, ``2h``, twice per layer (four in Gemma 2/3's sandwich). In a
 parallel block (NeoX, Phi-2) attention and MLP read the same layer input: its norms keep it once,
 and a single shared norm (Phi-2) hands both the same normed input.
 
 Sharding: ``h``-wide tensors (norms, projection inputs, masks) are split by ``t`` only under
-sequence parallelism; head- and width-split tensors are split by ``t`` always. Routed tokens
-are gathered over the tp group before the experts (Megatron's alltoall dispatcher with
-expert-tensor parallelism), so their ``h``-wide copies are not split. With Korthikanti's GPT
+sequence parallelism; head- and width-split tensors are split by ``t`` always. Routed copies:
+Megatron runs MoE with tp only under sequence parallelism; each tp rank routes its ``s/t``
+tokens, and the dispatcher gathers them over the expert-tensor-parallel group (``etp``) before
+the experts, whose width is split by ``etp``. A device therefore holds ``k·etp/t`` routed copies
+per token, each ``f_e/etp`` wide: the ``f_e``-wide part splits by ``t`` always, the ``h``-wide
+part by ``t/etp`` (not at all when ``etp = t``, fully when ``etp = 1``). With Korthikanti's GPT
 (``a·c = h``, GeLU, ``f = 4h``, dropout) this gives exactly ``34h + 5as`` per token, which
-``tests/test_memory.py`` checks. Routing is assumed balanced.
+``tests/test_memory.py`` checks, as it checks a small MoE layer against bytes derived by hand.
+Routing is assumed balanced.
 
 The count assumes fused norm and RoPE kernels (Megatron/Transformer Engine, Liger), which keep
 only the bf16 input. Hugging Face eager modules keep more: fp32 copies of the norm inputs and
@@ -79,22 +96,29 @@ def layer_activations(
     flash_attention: bool = True,
     dropout: bool = False,
     gated_mlp: bool | None = None,
+    etp: int | None = None,
+    megatron_experts: bool = False,
+    fused_activation: bool = False,
 ) -> LayerActivations:
     """Per-token activation bytes of decoder layer ``layer`` on one tp rank (derivation in the
     module docstring). ``seq_len`` is the attention span behind the score term; ``gated_mlp``
     (default: the model's MLP) and ``dropout`` exist so the GPT form of Korthikanti et al. can
-    be reproduced on any model."""
+    be reproduced on any model. ``etp`` is the expert tensor parallel degree (default ``tp``);
+    ``megatron_experts`` applies the routing weight inside the experts (Megatron-Core) instead
+    of on their output (Hugging Face); ``fused_activation`` is Megatron's
+    ``bias_activation_fusion`` SwiGLU, which keeps only its input."""
     h = float(model.hidden_size)
     seq_split = tp if sequence_parallel else 1
     heads = model.num_heads / tp
     attn, scores = _attention(model, tp, heads, flash_attention, dropout, seq_len)
     attn_h = h * _A + (h * _MASK if dropout else 0.0)  # norm output + o-proj dropout mask
     gated = model.mlp.gated if gated_mlp is None else gated_mlp
-    mlp_h, mlp_split, mlp_rep = _mlp(model, layer, tp, gated, dropout)
+    mlp = _Mlp(gated, dropout, fused_activation and gated, megatron_experts)
+    mlp_h, mlp_split, routed = mlp.per_token(model, layer, tp, tp if etp is None else etp)
     if model.parallel_residual and model.norm.per_layer == 1:
         mlp_h -= h * _A  # the MLP reads the attention's normed input
     norms = (1 if model.parallel_residual else model.norm.per_layer) * h * _A  # norm inputs
-    linear = (attn_h + mlp_h + norms) / seq_split + attn + mlp_split + mlp_rep
+    linear = (attn_h + mlp_h + norms) / seq_split + attn + mlp_split + routed
     return LayerActivations(linear, scores, h * _A / seq_split)
 
 
@@ -120,24 +144,45 @@ def _attention(
     return split, heads * seq_len * per_key
 
 
-def _mlp(
-    model: ModelSpec, layer: int, tp: int, gated: bool, dropout: bool
-) -> tuple[float, float, float]:
-    """(h-wide, width-split, tp-replicated) MLP tensors of a layer, per token."""
-    h = model.hidden_size
-    h_wide = h * _A + (h * _MASK if dropout else 0.0)
-    per_width = (4 if gated else 2) * _A  # SwiGLU: gate, SiLU, up, product; GeLU: in, out
-    moe = model.moe
-    if moe is None or not model.is_moe_layer(layer):
-        return h_wide, per_width * model.intermediate_size / tp, 0.0
-    h_wide += moe.num_experts * _FP32  # router probabilities
-    split = (
-        per_width
-        * (moe.experts_per_token * moe.expert_intermediate_size + moe.shared_intermediate_size)
-        / tp
-    )
-    replicated = moe.experts_per_token * 2 * h * _A  # dispatched inputs and expert outputs
-    return h_wide, split, replicated
+@dataclass(frozen=True)
+class _Mlp:
+    """How an MLP block's kernels keep their tensors (module docstring, MLP and MoE parts)."""
+
+    gated: bool
+    dropout: bool
+    fused_activation: bool  # Megatron's fused (weighted) SwiGLU keeps only its input
+    weights_in_experts: bool  # Megatron: routing weight applied before the second expert GEMM
+
+    @property
+    def per_width(self) -> float:
+        """Bytes kept per unit of MLP width: SwiGLU gate, SiLU, up, product (``8``) or, fused,
+        the gate-up output and the product (``6``); GeLU input and output (``4``)."""
+        if not self.gated:
+            return 2 * _A
+        return (3 if self.fused_activation else 4) * _A
+
+    def per_token(
+        self, model: ModelSpec, layer: int, tp: int, etp: int
+    ) -> tuple[float, float, float]:
+        """(h-wide, width-split, routed) MLP tensors of a layer, per token; the routed part is
+        already per device (``k·etp/tp`` copies of ``f_e/etp`` width each)."""
+        h = model.hidden_size
+        h_wide = h * _A + (h * _MASK if self.dropout else 0.0)
+        moe = model.moe
+        if moe is None or not model.is_moe_layer(layer):
+            return h_wide, self.per_width * model.intermediate_size / tp, 0.0
+        h_wide += moe.num_experts * _FP32  # router probabilities
+        shared = self.per_width * moe.shared_intermediate_size / tp
+        expert_width = moe.expert_intermediate_size / etp
+        per_copy = h * _A + self.per_width * expert_width  # expert input, its SwiGLU
+        if not self.weights_in_experts:
+            per_copy += h * _A  # expert output, kept by the multiply with the routing weight
+        else:
+            per_copy += _FP32  # the routing weight
+            if self.gated and not self.fused_activation:
+                per_copy += expert_width * _A  # weighted product, a tensor of its own unfused
+        copies = moe.experts_per_token * etp / tp  # routed copies per token on this device
+        return h_wide, shared, copies * per_copy
 
 
 def forward_workspace_bytes_per_token(model: ModelSpec, tp: int, experts_split: bool) -> float:

@@ -103,6 +103,10 @@ class TrainLayout(Spec):
     attention_kernel: AttentionKernel = "flash"
     # training loop whose per-layer host overhead applies (HardwareProfile.train_layer_overhead_s)
     backend: TrainBackend = "fsdp"
+    # Megatron's bias_activation_fusion: the fused (weighted) SwiGLU keeps only its input, 6
+    # bytes per unit of MLP width instead of 8 (rlperf.cost.memory_activations); off by default
+    # in Megatron-Core and mbridge, on in verl's Megatron example scripts
+    fused_activation: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainLayout:

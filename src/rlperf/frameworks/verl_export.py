@@ -365,6 +365,8 @@ def _recompute(role: str, lay: TrainLayout, strategy: str, out: _Out) -> None:
     if strategy == "megatron":
         gran = None if lay.recompute == "none" else lay.recompute
         out.add(f"{ROLE_BASE[role]}.megatron.override_transformer_config.recompute_granularity", gran)
+        if lay.fused_activation:  # Megatron's fused SwiGLU (fewer activations kept)
+            out.add(f"{ROLE_BASE[role]}.megatron.override_transformer_config.bias_activation_fusion", True)
         return
     out.set(ROLE_RECOMPUTE[role], lay.recompute != "none")
     if lay.recompute == "selective":

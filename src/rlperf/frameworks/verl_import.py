@@ -585,11 +585,25 @@ class _Importer:
             "zero_stage": 1 if as_bool(f"{m}.use_distributed_optimizer", vals["use_distributed_optimizer"]) else 0,
         }
         lay.update(offload)
+        lay.update(self._fused_activation(role))
         if role in ("actor", "critic"):
             lay.update(self._cpu_optimizer(role))
         if vpp is not None and as_int(f"{m}.virtual_pipeline_model_parallel_size", vpp) > 1:
             lay.update(pp_schedule="interleaved", virtual_stages=as_int(f"{m}.virtual_pipeline_model_parallel_size", vpp))
         return lay
+
+    def _fused_activation(self, role: str) -> dict[str, Any]:
+        """Megatron's ``bias_activation_fusion`` (fused SwiGLU: fewer activations kept, see
+        rlperf.cost.memory_activations); the reference inherits the actor's
+        ``override_transformer_config`` (verl's megatron.yaml, oc.select)."""
+        key = f"{ROLE_BASE[role]}.megatron.override_transformer_config.bias_activation_fusion"
+        if role == "ref" and not self.r.has(key):
+            key = f"{ACTOR}.megatron.override_transformer_config.bias_activation_fusion"
+        if not self.r.has(key):
+            return {}
+        on = as_bool(key, self.r.get(key, False))
+        self.rec.map(key, on, "fused SwiGLU (activation memory)" if on else "unfused SwiGLU")
+        return {"fused_activation": on}
 
     def _cpu_optimizer(self, role: str) -> dict[str, Any]:
         """Megatron-Core's CPU optimizer of a trained role. verl copies

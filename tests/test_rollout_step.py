@@ -379,16 +379,20 @@ def test_dp_attention_swaps_the_all_reduces_for_an_expert_all_to_all() -> None:
     assert dp_step.kv_bytes_per_token_per_gpu == pytest.approx(m.kv_bytes_per_token("bf16") / 32)
     assert tp_step.kv_bytes_per_token_per_gpu == pytest.approx(m.kv_bytes_per_token("bf16"))  # MLA: replicated
     assert dp_step.logits_gather_s(512) == 0.0 and tp_step.logits_gather_s(512) > 0.0
-    # the all-to-all, by hand: 512 tokens -> 16 per GPU, k hidden vectors of 1 byte each
+    # the all-to-all, by hand: 512 tokens -> 16 per GPU, k hidden vectors: an FP8 dispatch (1 byte
+    # an element) and a bf16 combine (2 bytes), as DeepEP's low-latency kernels run an FP8 model
     acc: Accelerator = c.accelerator
     prof = c.profile
-    sent = 16 * m.moe.experts_per_token * m.hidden_size * 1.0
     a2a_rate = prof.moe_a2a_nic_efficiency
     assert a2a_rate is not None
-    cross = 24 / 32 * sent / (acc.nic_bandwidth_bytes_per_s * a2a_rate)
-    intra = 7 / 32 * sent / (acc.intra_node_group_bandwidth_bytes_per_s(8) * prof.intra_node_efficiency)
-    one = prof.inter_node_latency_s + max(cross, intra)
-    assert dp_step.comm_s(512) == pytest.approx(2 * m.num_moe_layers * one, rel=1e-12)
+
+    def one(elem_bytes: float) -> float:
+        sent = 16 * m.moe.experts_per_token * m.hidden_size * elem_bytes if m.moe else 0.0
+        cross = 24 / 32 * sent / (acc.nic_bandwidth_bytes_per_s * a2a_rate)
+        intra = 7 / 32 * sent / (acc.intra_node_group_bandwidth_bytes_per_s(8) * prof.intra_node_efficiency)
+        return prof.inter_node_latency_s + max(cross, intra)
+
+    assert dp_step.comm_s(512) == pytest.approx(m.num_moe_layers * (one(1.0) + one(2.0)), rel=1e-12)
     assert dp_step.host_s_per_seq == pytest.approx(prof.engine_seq_s / 32)
     mem_tp = inference_memory(m, tp_lay, acc.hbm_bytes)
     mem_dp = inference_memory(m, dp_lay, acc.hbm_bytes)

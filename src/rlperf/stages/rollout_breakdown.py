@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rlperf.cost.collectives import all_reduce, group_for, p2p
-from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout
+from rlperf.stages.rollout_quant import EngineQuant
 from rlperf.stages.rollout_step import SAMPLER_PASSES, StepModel, qkv_copy_ops_per_layer, step_ops
 
 if TYPE_CHECKING:
@@ -88,12 +88,17 @@ def decode_step_breakdown(
     mb = int(step.num_microbatches(b))
     acc = cluster.accelerator
     hbm_src = f"{acc.id} HBM {acc.hbm_bandwidth_bytes_per_s / 1e12:.2f} TB/s (hardware.yaml) x {_prov(cluster, 'decode_hbm_efficiency')}"
-    peak_src = f"{acc.id} {layout.dtype} peak {acc.peak(layout.dtype) / 1e12:.0f} TFLOP/s (hardware.yaml)"
+    quant = EngineQuant.of(layout)
+    peak_src = f"{acc.id} {quant.weight_dtype} peak {acc.peak(quant.weight_dtype) / 1e12:.0f} TFLOP/s (hardware.yaml)"
+    act_src = f"{acc.id} {quant.act_dtype} peak {acc.peak(quant.act_dtype) / 1e12:.0f} TFLOP/s (hardware.yaml)"
+    lm_extra = b * step.lm_head_flops * step.lm_head_extra_s_per_flop / mb
     terms = [
-        StepTerm("linear GEMMs", b * step.decode_linear_flops_per_token / step.matmul_flops_per_s / mb, "compute",
-                 f"{peak_src} x matmul_eff({layout.dtype}) {cluster.profile.matmul_eff(layout.dtype)}"),
+        StepTerm("linear GEMMs", b * step.decode_linear_flops_per_token / step.matmul_flops_per_s / mb + lm_extra, "compute",
+                 f"{peak_src} x matmul_eff({quant.weight_dtype}) {cluster.profile.matmul_eff(quant.weight_dtype)}"
+                 + (f"; the LM head at {act_src} x matmul_eff({quant.act_dtype}) (vLLM quantizes no LM head)"
+                    if lm_extra else "")),
         StepTerm("attention", (ctx + b) * step.attention_flops_per_pair / step.attention_flops_per_s / mb, "compute",
-                 f"{peak_src} x {_prov(cluster, 'attention_efficiency')}"),
+                 f"{act_src} x {_prov(cluster, 'attention_efficiency')}"),
         StepTerm("dense weights read", step.dense_weight_bytes_per_gpu / step.hbm_bytes_per_s, "memory", hbm_src),
     ]
     if step.weight_copy_s:
@@ -146,14 +151,17 @@ def decode_step_breakdown(
         f"max({_prov(cluster, 'graph_kernel_launch_s')}, {_prov(cluster, 'decode_kernel_min_s')}) x {kernels} kernels ({count})"
         if cuda_graphs else
         f"max({_prov(cluster, 'eager_op_launch_s')} x {ops} ops, decode_kernel_min_s x {kernels} kernels) ({count})"))
-    act = b * model.hidden_size * bytes_per(layout.dtype) / mb
+    act = b * model.hidden_size * quant.act_bytes / mb
     if layout.dp_attention:
         group = group_for(cluster, layout.tp)
-        a2a = float(step.all_to_all_each(np.array([float(b)]))[0])
+        tokens = np.array([float(b)])
+        dispatch = float(step.all_to_all_each(tokens, step.dispatch_bytes_per_elem)[0])
+        a2a = (dispatch + float(step.all_to_all_each(tokens)[0])) / 2  # the mean of a dispatch and a combine
         where = "in a node" if group.num_nodes == 1 else f"across {group.num_nodes} nodes"
-        sent = -(-b // layout.tp) * step.experts_per_token * model.hidden_size * bytes_per(layout.dtype)
+        sent = -(-b // layout.tp) * step.experts_per_token * model.hidden_size * quant.act_bytes
         terms.append(StepTerm(
-            f"expert dispatch + combine x {model.num_moe_layers} ({sent / 1e3:.0f} KB per GPU each, {where}; dp attention)",
+            f"expert dispatch + combine x {model.num_moe_layers} ({sent / 1e3:.0f} KB per GPU each"
+            f"{f', the dispatch in {quant.weight_dtype}' if step.dispatch_bytes_per_elem != quant.act_bytes else ''}, {where}; dp attention)",
             2 * model.num_moe_layers * a2a, "added",
             "DeepEP-style all-to-all: the cross-node share at NIC x "
             f"{_prov(cluster, 'moe_a2a_nic_efficiency')}, the node share over NVLink; + one "
@@ -178,6 +186,12 @@ def decode_step_breakdown(
         same = layout.tp * layout.pp <= cluster.gpus_per_node
         terms.append(StepTerm(f"pp hand-offs x {layout.pp - 1}", (layout.pp - 1) * p2p(cluster, act, same).time_s, "added",
                               _prov(cluster, "intra_node_latency_s" if same else "inter_node_latency_s")))
+    if step.act_quant_s_per_token:
+        terms.append(StepTerm(
+            f"{quant.weight_dtype} activation quantization ({b} tokens)", b * step.act_quant_s_per_token / mb, "added",
+            f"per-token-group quantization before every {quant.weight_dtype} GEMM (vLLM 0.10 "
+            f"apply_w8a8_block_fp8_linear, fused_experts): bf16 read, {quant.weight_dtype} write, scales; "
+            f"{acc.id} HBM x {_prov(cluster, 'hbm_efficiency')}"))
     terms.append(StepTerm("sampler over the vocabulary", b * step.sampler_s_per_seq, "added",
                           f"{SAMPLER_PASSES} fp32 passes over b x V logits (structural count); {hbm_src}"))
     # The engine's host time: added to the device step, or overlapped with it (the larger wins).

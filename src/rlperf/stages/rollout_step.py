@@ -10,7 +10,7 @@ over the ``pp`` stages, i.e. the path of one micro-batch through the pipeline; w
 micro-batches in flight the token-proportional terms divide by their number, see
 :meth:`StepModel.run`):
 
-    device = max(compute, memory, launch floor) + communication + sampler
+    device = max(compute, memory, launch floor) + communication + sampler + activation quantization
     step   = device + host                  (the engine schedules between steps: vLLM V0/V1)
            = max(device, host)              (overlap scheduling: SGLang, vLLM async scheduling)
     compute = linear FLOPs / (tp · peak · matmul_eff) + attention FLOPs / (tp · peak · attention_eff)
@@ -34,6 +34,15 @@ micro-batches in flight the token-proportional terms divide by their number, see
     host = engine_step_overhead_s + engine_layer_overhead_s · L + engine_seq_overhead_s · n
            (profile; n = sequences in the step, decoding and prefilling; 0 where unset)
 
+A weight-quantized engine (``EngineLayout.dtype`` fp8: vLLM's block FP8, w8a8;
+:mod:`rlperf.stages.rollout_quant`) streams its linear and expert weights in that dtype but the
+LM head and the MoE gates in the activation dtype (bf16), runs its quantized GEMMs at
+``peak(fp8) · matmul_eff(fp8)`` and the LM head at the bf16 rate (decode; a prefill's few
+logit positions stay at the quantized rate), attention at ``peak(bf16) · attention_eff`` (bf16
+q, k, v), moves bf16 activations in its collectives, and adds the activation quantization
+before every quantized GEMM: its kernels in the launch floor and its pass over the step's
+tokens (bf16 read, FP8 write, scales) at ``hbm_efficiency``, added to the step.
+
 Decode messages are tiny (``b · d`` activations, a few hundred KB), so the all-reduces are
 latency-bound: their cost is the collectives module's alpha-beta model with the profile's
 per-step latencies (nccl-tests figures, data/profiles.yaml), across nodes when the tp group
@@ -48,7 +57,8 @@ its own ``1/tp`` of the sequences, so a GPU streams the dense weights whole, rea
 of its own tokens only (MLA's latent is no longer replicated tp times), samples its own rows,
 and makes no tp all-reduce or logits gather. Every MoE layer instead dispatches each GPU's
 tokens to the ranks of their ``k`` experts and combines the results back: two all-to-alls of
-``ceil(n / tp) · k · d`` activation bytes per GPU. As DeepEP's low-latency kernels run them, the
+``ceil(n / tp) · k · d`` elements per GPU, in the activation dtype (a w8a8 engine dispatches
+FP8 and combines in bf16, as DeepEP's low-latency kernels run it; profiles.yaml's figure). As DeepEP's low-latency kernels run them, the
 bytes bound for other nodes (``(p - r) / p`` of them, ``r`` GPUs of the group on a node) move at
 ``moe_a2a_nic_efficiency`` of the NIC (0.78: DeepEP's published dispatch and combine times for
 EP 16 to 256 on H800, profiles.yaml) while the rest rides NVLink, plus one network latency:
@@ -214,6 +224,7 @@ from rlperf.specs.dtypes import bytes_per
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.model import ModelSpec
 from rlperf.specs.parallel import EngineLayout
+from rlperf.stages.rollout_quant import EngineQuant
 
 # Full passes of the sampler over the step's fp32 logits (LM-head write, softmax read + write,
 # sampling read): see the module docstring. Structural, not fitted.
@@ -272,6 +283,11 @@ class StepModel:
     host_s_per_seq: float = 0.0  # host-side engine cost per sequence of a step
     weight_copy_s: float = 0.0  # q, k, v weights copied into a fused buffer every step (qkv_copy_per_forward)
     overlap: bool = False  # host work overlaps the device step (max) instead of adding to it
+    # a quantized engine (rollout_quant): the LM head's GEMM at the activation dtype's rate, per
+    # FLOP on top of the quantized rate (decode; 0 otherwise), and the activation-quantization
+    # pass before every quantized GEMM, per token of a step (added: a kernel of its own)
+    lm_head_extra_s_per_flop: float = 0.0
+    act_quant_s_per_token: float = 0.0
     # communication, filled lazily per token count
     _comm_cache: dict[tuple[int, int], float] = field(
         default_factory=dict, compare=False, repr=False
@@ -283,6 +299,9 @@ class StepModel:
     _flat_cache: dict[tuple[int, float, float, int], _Flat] = field(default_factory=dict, compare=False, repr=False)
     _cluster: Cluster | None = field(default=None, compare=False, repr=False)
     _act_bytes: float = field(default=2.0, compare=False, repr=False)
+    # bytes per element of an expert dispatch (DeepEP low-latency: FP8 for a w8a8 engine); the
+    # combine returns activations (_act_bytes)
+    dispatch_bytes_per_elem: float = field(default=2.0, compare=False, repr=False)
 
     @classmethod
     def build(
@@ -290,9 +309,12 @@ class StepModel:
     ) -> StepModel:
         acc, prof = cluster.accelerator, cluster.profile
         tp, pp = layout.tp, layout.pp
-        peak = acc.peak(layout.dtype)
-        wbytes = bytes_per(layout.dtype)
+        quant = EngineQuant.of(layout)  # fp8: quantized GEMMs; LM head, attention, activations in bf16
+        peak = acc.peak(quant.weight_dtype)
+        act_peak = acc.peak(quant.act_dtype)
+        wbytes, act_bytes = quant.weight_bytes, quant.act_bytes
         lm_head_params = model.vocab_size * model.token_embedding_size
+        unquantized = lm_head_params + model.breakdown.router  # vLLM's LM head and MoE gates
         expert_params, active_expert_params = _expert_params(model)
         streamed_dense = model.matmul_params_per_token - active_expert_params
         kv_share = kv_heads_per_device(model, tp) / (
@@ -310,6 +332,9 @@ class StepModel:
         shard = 1 if dp else tp  # dense weights and the LM head: whole on every GPU under dp attention
         ops, kernels = step_ops(model, layout)
         copy_bytes = qkv_copy_bytes_per_gpu(model, layout)
+        matmul_rate = tp * peak * prof.matmul_eff(quant.weight_dtype)
+        lm_head_rate = tp * act_peak * prof.matmul_eff(quant.act_dtype)
+        copy_rate = acc.hbm_bandwidth_bytes_per_s * prof.hbm_efficiency
         return cls(
             tp=tp,
             pp=pp,
@@ -319,11 +344,14 @@ class StepModel:
             prefill_linear_flops_per_token=model.linear_flops(1) - 2.0 * lm_head_params,
             lm_head_flops=2.0 * lm_head_params,
             attention_flops_per_pair=model.attention_flops(1, 0),
-            matmul_flops_per_s=tp * peak * prof.matmul_eff(layout.dtype),
-            attention_flops_per_s=tp * peak * prof.attention_efficiency,
+            matmul_flops_per_s=matmul_rate,
+            # 0 unless the LM head runs at another rate than the quantized GEMMs (exactly 0 then)
+            lm_head_extra_s_per_flop=1 / lm_head_rate - 1 / matmul_rate if lm_head_rate != matmul_rate else 0.0,
+            attention_flops_per_s=tp * act_peak * prof.attention_efficiency,
             hbm_bytes_per_s=hbm,
             kv_hbm_bytes_per_s=kv_hbm,
-            dense_weight_bytes_per_gpu=streamed_dense * wbytes / shard,
+            dense_weight_bytes_per_gpu=(streamed_dense * wbytes if wbytes == act_bytes else
+                                        (streamed_dense - unquantized) * wbytes + unquantized * act_bytes) / shard,
             expert_bytes_per_gpu=expert_params * wbytes / (1 if whole_experts else tp),
             expert_extra_bytes_per_gpu=(prof.moe_expert_read_half_bytes or 0.0) * (model.num_moe_layers if moe else 0),
             # dp attention: a GPU keeps the whole KV of its 1/tp of the tokens
@@ -339,12 +367,14 @@ class StepModel:
             sampler_s_per_seq=model.vocab_size * _LOGIT_BYTES * SAMPLER_PASSES / hbm / (tp if dp else 1),
             host_s_per_seq=prof.engine_seq_s / (tp if dp else 1),  # dp attention: a scheduler per rank
             overlap=layout.overlap_scheduling,
-            weight_copy_s=copy_bytes / (acc.hbm_bandwidth_bytes_per_s * prof.hbm_efficiency),
+            weight_copy_s=copy_bytes / copy_rate,
+            act_quant_s_per_token=quant.bytes_per_token(model, shard) / copy_rate,
             dp_attention=dp,
             num_moe_layers=model.num_moe_layers if moe is not None else 0,
             a2a_nic_bytes_per_s=acc.nic_bandwidth_bytes_per_s * (prof.moe_a2a_nic_efficiency or prof.inter_node_efficiency),
             _cluster=cluster,
-            _act_bytes=wbytes,
+            _act_bytes=act_bytes,
+            dispatch_bytes_per_elem=wbytes if quant.quantizes_activations else act_bytes,
         )
 
     # ------------------------------------------------------------------ per step pieces
@@ -465,7 +495,11 @@ class StepModel:
         per_mb = num_tokens * self.hidden_size * self._act_bytes / num_microbatches
         total = np.zeros(per_mb.shape)
         if self.dp_attention:  # a dispatch and a combine per MoE layer, nothing else
-            a2a: np.ndarray = total + 2 * self.num_moe_layers * self.all_to_all_each(num_tokens)
+            if self.dispatch_bytes_per_elem == self._act_bytes:
+                a2a: np.ndarray = total + 2 * self.num_moe_layers * self.all_to_all_each(num_tokens)
+            else:
+                both = self.all_to_all_each(num_tokens, self.dispatch_bytes_per_elem) + self.all_to_all_each(num_tokens)
+                a2a = total + self.num_moe_layers * both
             return a2a
         if self.tp > 1:
             # A step lasts pp stage-times of one micro-batch (see run), and each stage
@@ -478,15 +512,15 @@ class StepModel:
             total = total + (self.pp - 1) * p2p_each(cluster, per_mb, same_node).time_s
         return total
 
-    def all_to_all_each(self, num_tokens: np.ndarray) -> np.ndarray:
+    def all_to_all_each(self, num_tokens: np.ndarray, elem_bytes: float | None = None) -> np.ndarray:
         """One expert dispatch (or combine) of a step over ``num_tokens`` tokens under data-parallel
         attention: each GPU sends its ``num_tokens / tp`` tokens' ``k`` hidden vectors to the ranks
-        of their experts (module docstring)."""
+        of their experts (module docstring), ``elem_bytes`` per element (default: the activations')."""
         cluster = self._cluster
         assert cluster is not None
         group = group_for(cluster, self.tp)
         p, r = group.size, group.ranks_per_node
-        sent = np.ceil(num_tokens / p) * self.experts_per_token * self.hidden_size * self._act_bytes
+        sent = np.ceil(num_tokens / p) * self.experts_per_token * self.hidden_size * (elem_bytes or self._act_bytes)
         prof, acc = cluster.profile, cluster.accelerator
         intra_bw = acc.intra_node_group_bandwidth_bytes_per_s(r) * prof.intra_node_efficiency
         intra = (r - 1) / p * sent / intra_bw
@@ -558,6 +592,9 @@ class StepModel:
         c0 = b * self.decode_linear_flops_per_token / self.matmul_flops_per_s / mb
         weights_s = self.weight_read_s(-(-n_tok // mb))
         extra = self.comm_s(n_tok, mb) + self.sampler_s(b)
+        if self.act_quant_s_per_token:  # a quantized engine only: other engines' sums stay bit-equal
+            c0 = c0 + b * self.lm_head_flops * self.lm_head_extra_s_per_flop / mb
+            extra = extra + n_tok * self.act_quant_s_per_token / mb
         host = self.host_s(b + num_prefill_seqs)
         if self.overlap:  # max(device, host): host is one more flat line, net of the extras
             floor: Coef = np.maximum(self.floor_s, host - extra)
@@ -812,7 +849,12 @@ def step_ops(model: ModelSpec, layout: EngineLayout) -> tuple[int, int]:
     if layout.eager_ops_per_layer is not None:
         ops = layout.eager_ops_per_layer * model.num_layers + all_reduces
         return ops + a2a + copies, ops - all_reduces + copies
-    return eager_ops_per_step(model, tp) + a2a + copies, kernels_per_step(model, tp) + copies
+    quant = EngineQuant.of(layout)  # vLLM's activation quantization before each quantized GEMM
+    moe_layers = model.num_moe_layers
+    quants = ((model.num_layers - moe_layers) * quant.kernels_per_layer(model, False)
+              + moe_layers * quant.kernels_per_layer(model, True))
+    return (eager_ops_per_step(model, tp) + a2a + copies + quants,
+            kernels_per_step(model, tp) + copies + quants)
 
 
 def qkv_copy_ops_per_layer(model: ModelSpec, layout: EngineLayout) -> int:

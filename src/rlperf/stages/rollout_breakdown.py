@@ -154,9 +154,9 @@ def decode_step_breakdown(
     act = b * model.hidden_size * quant.act_bytes / mb
     if layout.dp_attention:
         group = group_for(cluster, layout.tp)
-        tokens = np.array([float(b)])
-        dispatch = float(step.all_to_all_each(tokens, step.dispatch_bytes_per_elem)[0])
-        a2a = (dispatch + float(step.all_to_all_each(tokens)[0])) / 2  # the mean of a dispatch and a combine
+        step_tokens = np.array([float(b)])
+        dispatch = float(step.all_to_all_each(step_tokens, step.dispatch_bytes_per_elem)[0])
+        a2a = (dispatch + float(step.all_to_all_each(step_tokens)[0])) / 2  # the mean of a dispatch and a combine
         where = "in a node" if group.num_nodes == 1 else f"across {group.num_nodes} nodes"
         sent = -(-b // layout.tp) * step.experts_per_token * model.hidden_size * quant.act_bytes
         terms.append(StepTerm(

@@ -81,3 +81,16 @@ def test_fp8_adds_an_activation_quantization_kernel_before_every_quantized_gemm(
     copy_rate = DEVICE.accelerator.hbm_bandwidth_bytes_per_s * DEVICE.profile.hbm_efficiency
     assert step.act_quant_s_per_token == pytest.approx(MOE.num_layers * per_layer * BYTES_PER_QUANT_ELEM / copy_rate)
     assert StepModel.build(MOE, DEVICE, EngineLayout(tp=tp)).act_quant_s_per_token == 0.0
+
+
+@pytest.mark.parametrize("layout", [EngineLayout(tp=4, dtype="fp8"), EngineLayout(tp=8, ep=8, dtype="fp8", dp_attention=True)],
+                         ids=["tp", "dp-attention"])
+def test_fp8_decode_breakdown_adds_up_to_the_step(layout: EngineLayout) -> None:
+    from rlperf.stages.rollout_breakdown import decode_step_breakdown
+
+    bd = decode_step_breakdown(MOE, H100, layout, 64, 64 * 3000.0)
+    ref = StepModel.build(MOE, H100, layout).run(64, 64 * 3000.0, 0, 0.0).step_s(0)
+    assert bd.step_s == pytest.approx(ref, rel=1e-9)
+    names = " ".join(t.name for t in bd.terms)
+    assert "fp8 activation quantization" in names
+    assert ("dispatch in fp8" in names) == layout.dp_attention

@@ -79,7 +79,7 @@ def test_default_plan_fits_the_cluster(name: str, scenario: str) -> None:
     assert (plan.mode.kind, plan.mode.fusion) == (preset.defaults.mode, preset.defaults.fusion)
     # the engine holds the bf16 weights in at most half its memory share, or the notes say why not
     weights = sc.models["actor"].weight_bytes("bf16") / e.tp
-    fits = weights <= 0.5 * e.gpu_memory_utilization * sc.cluster.accelerator.hbm_bytes
+    fits = weights <= 0.5 * e.gpu_memory_utilization * sc.cluster.accelerator.device_memory_bytes
     assert fits or any("exceed" in n for n in default.notes)
     assert default.notes[0].startswith(f"{preset.name} defaults")
 

@@ -43,6 +43,30 @@ def test_units_are_si() -> None:
     assert load_accelerator("gb200").gpus_per_node == 72  # the NVLink domain is the node
 
 
+def test_device_memory_is_the_reported_total_where_catalogued() -> None:
+    h100 = load_accelerator("h100_sxm")
+    assert h100.hbm_bytes == 80e9  # datasheet
+    assert h100.reported_memory_bytes == h100.device_memory_bytes == 85_045_477_376  # deviceQuery
+    pcie = load_accelerator("h100_pcie")  # no published figure: the datasheet's
+    assert pcie.reported_memory_bytes is None and pcie.device_memory_bytes == pcie.hbm_bytes
+    for aid in list_accelerators():
+        acc = load_accelerator(aid)
+        if acc.reported_memory_bytes is None:
+            assert any(n.startswith("reported_memory_bytes: no published") for n in acc.notes), aid
+        else:
+            assert any("reported_memory_bytes" in src.fields for src in acc.sources), aid
+
+
+def test_a_reported_total_in_the_wrong_unit_is_refused() -> None:
+    from rlperf.errors import parse
+    from rlperf.specs.hardware import Accelerator
+
+    rec = load_accelerator("h100_sxm").model_dump()
+    with pytest.raises(SpecError, match="reported_memory_bytes"):
+        parse(Accelerator, {**rec, "reported_memory_bytes": 81_106 * 2**20 / 1024})  # KiB, not bytes
+    assert parse(Accelerator, {**rec, "reported_memory_bytes": 85e9}).device_memory_bytes == 85e9
+
+
 def test_aliases_are_case_insensitive() -> None:
     assert load_accelerator("H100").id == "h100_sxm"
     assert load_accelerator("A100").id == "a100_80gb_sxm"

@@ -354,6 +354,23 @@ def test_kv_capacity_qwen25_7b_on_80gb() -> None:
     )
 
 
+def test_engine_kv_capacity_on_an_h100_is_sized_from_the_reported_total() -> None:
+    # vLLM: KV = gpu_memory_utilization x torch.cuda.mem_get_info()[1] - weights - workspace; the
+    # H100 SXM's total is 85,045,477,376 bytes (hardware.yaml), not the datasheet's 80e9.
+    from rlperf.specs.hardware_catalog import load_accelerator, make_cluster
+    from rlperf.stages.rollout import kv_capacity_tokens
+
+    h100 = load_accelerator("h100_sxm")
+    weights, workspace, kv_per_token = 7_615_616_512 * 2, 1_360_003_072, 57_344  # as above
+    want = math.floor((0.9 * 85_045_477_376 - weights - workspace) / kv_per_token)
+    assert want == 1_045_439
+    mem = inference_memory(QWEN25_7B, EngineLayout(gpu_memory_utilization=0.9), h100.device_memory_bytes)
+    assert mem.budget_bytes == 0.9 * 85_045_477_376
+    assert mem.kv_capacity_tokens == want
+    # the rollout stage sizes the engine the same way
+    assert kv_capacity_tokens(QWEN25_7B, make_cluster("h100", 8), EngineLayout(gpu_memory_utilization=0.9)) == want
+
+
 def test_reserved_bytes_come_out_of_the_kv_cache() -> None:
     lay = EngineLayout(gpu_memory_utilization=0.9)
     base = inference_memory(QWEN25_7B, lay, 80e9)
@@ -396,7 +413,7 @@ def test_check_fits_names_the_largest_component() -> None:
         check_fits(mem, 80e9, "actor training")
     msg = str(ei.value)
     assert msg.startswith(
-        "actor training: needs 92.3 GB per GPU > 80.0 GB HBM (optimizer 45.1 GB: try zero_stage=3"
+        "actor training: needs 92.3 GB per GPU > 80.0 GB device memory (optimizer 45.1 GB: try zero_stage=3"
     )
     assert "\n" not in msg
 
@@ -406,7 +423,7 @@ def test_bad_inputs_are_spec_errors() -> None:
         train_memory(QWEN25_7B, TrainLayout(), 0)
     with pytest.raises(SpecError, match="tp"):
         train_memory(QWEN25_7B, TrainLayout(tp=3), 1024)
-    with pytest.raises(SpecError, match="hbm_bytes"):
+    with pytest.raises(SpecError, match="device_memory_bytes"):
         inference_memory(QWEN25_7B, EngineLayout(), 0)
 
 

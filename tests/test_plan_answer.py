@@ -78,7 +78,7 @@ def test_screen_has_the_run_totals(screen: str) -> None:
 
 
 def test_screen_has_the_memory_breakdown(screen: str) -> None:
-    assert "memory per GPU of 80.0 GB HBM: worst case" in screen and "at mean" in screen
+    assert "memory per GPU of 85.0 GB (what CUDA reports): worst case" in screen and "at mean" in screen
     for col in ("weights", "grads", "optimizer", "activations", "logits", "KV cache", "host RAM"):
         assert col in screen
     assert "rollout (generate)" in screen and "actor (train)" in screen

@@ -394,8 +394,8 @@ def test_dp_attention_swaps_the_all_reduces_for_an_expert_all_to_all() -> None:
 
     assert dp_step.comm_s(512) == pytest.approx(m.num_moe_layers * (one(1.0) + one(2.0)), rel=1e-12)
     assert dp_step.host_s_per_seq == pytest.approx(prof.engine_seq_s / 32)
-    mem_tp = inference_memory(m, tp_lay, acc.hbm_bytes)
-    mem_dp = inference_memory(m, dp_lay, acc.hbm_bytes)
+    mem_tp = inference_memory(m, tp_lay, acc.device_memory_bytes)
+    mem_dp = inference_memory(m, dp_lay, acc.device_memory_bytes)
     assert mem_dp.weights_bytes > mem_tp.weights_bytes  # attention and dense layers replicated
     per_gpu = math.floor(mem_dp.kv_capacity_bytes / (m.kv_bytes_per_token("bf16")))
     assert mem_dp.kv_capacity_tokens == pytest.approx(32 * per_gpu, abs=32)

@@ -176,7 +176,7 @@ def test_offload_time_is_bytes_over_pcie() -> None:
 def test_engine_wake_reloads_its_weights_over_pcie() -> None:
     engine = EngineLayout(tp=2, replicas=8)
     cost = engine_sleep(QWEN7B, NODES2, engine)
-    w = inference_memory(QWEN7B, engine, NODES2.accelerator.hbm_bytes).weights_bytes
+    w = inference_memory(QWEN7B, engine, NODES2.accelerator.device_memory_bytes).weights_bytes
     assert cost.time_s == pytest.approx(w / NODES2.accelerator.pcie_bandwidth_bytes_per_s)
     assert cost.num_gpus == 16
 

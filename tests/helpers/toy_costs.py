@@ -86,7 +86,7 @@ class ToyCosts:
     def engine_memory_bytes(self, gpus: int) -> float:
         return 2e9
 
-    def hbm_bytes(self) -> float:
+    def device_memory_bytes(self) -> float:
         return 80e9
 
 

@@ -197,8 +197,8 @@ def render_answer(ans: PlanAnswer) -> None:
             f"mean {p.mean_response_tokens:,.0f} -> {fmt_s(p.step_time_s)}"
             + (f" ${p.cost_usd_per_step:,.2f}" if p.cost_usd_per_step is not None else "") for p in ans.sweep))
     yours = ans.user_memory if ans.user_memory and res.user is not None and res.user.plan != b.plan else ()
-    hbm = fmt_bytes(sc.cluster.accelerator.hbm_bytes)
-    render_memory(f"memory per GPU of {hbm} HBM: worst case, micro-batches of sequences at the length cap "
+    capacity = fmt_bytes(sc.cluster.accelerator.device_memory_bytes)
+    render_memory(f"memory per GPU of {capacity} (what CUDA reports): worst case, micro-batches of sequences at the length cap "
                   "(decides the fit); at mean: of mean-length sequences",
                   (("best", ans.memory), ("yours", yours)))
     if ans.explanation is not None:

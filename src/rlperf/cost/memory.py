@@ -136,7 +136,7 @@ class InferenceMemory:
 
     weights_bytes: float
     workspace_bytes: float  # activations of one scheduler step + sampler + ``reserved_bytes``
-    budget_bytes: float  # gpu_memory_utilization x HBM
+    budget_bytes: float  # gpu_memory_utilization x the device memory CUDA reports
     kv_bytes_per_token: float  # KV-cache bytes one token costs on this GPU
     pp_stage: int = 0
 
@@ -425,19 +425,23 @@ def forward_memory(
 
 # ---------------------------------------------------------------------------- rollout engine
 def inference_memory(
-    model: ModelSpec, engine: EngineLayout, hbm_bytes: float, *, reserved_bytes: float = 0.0
+    model: ModelSpec, engine: EngineLayout, device_memory_bytes: float, *, reserved_bytes: float = 0.0
 ) -> InferenceMemory:
     """Weights, step workspace and KV-cache capacity per GPU of a vLLM/SGLang-style engine.
 
-    vLLM sizes its KV cache as ``gpu_memory_utilization * HBM`` minus the weights minus the
+    vLLM sizes its KV cache as ``gpu_memory_utilization * total`` minus the weights minus the
     peak of a profiling forward pass over ``max_num_batched_tokens`` tokens and a sampler pass
-    over ``max_num_seqs`` rows (``Worker.determine_available_memory``). The same is done here
+    over ``max_num_seqs`` rows (``Worker.determine_available_memory``), where ``total`` is the
+    device total ``torch.cuda.mem_get_info()`` reports (``MemorySnapshot.total_memory``), not
+    the datasheet figure: pass ``Accelerator.device_memory_bytes``. The same is done here
     in closed form: weights in ``engine.dtype`` split by tp and pp (experts: see
     :mod:`rlperf.cost.memory_params`), workspace = ``max_num_batched_tokens`` x the forward peak
     per token (:func:`forward_workspace_bytes_per_token`) plus, on the last stage, fp32 logits
     and probabilities over the whole vocabulary for ``max_num_seqs`` rows. ``reserved_bytes``
     adds memory outside that model (CUDA context, NCCL buffers, CUDA graphs): it is
-    engine- and hardware-specific and comes from a measurement, 0 by default.
+    engine- and hardware-specific and comes from a measurement, 0 by default (vLLM subtracts
+    its measured non-torch increase; rlperf counts none unless given, so nothing is counted
+    twice).
 
     KV per token per GPU: the stage's layers x ``2 * kv_heads_on_gpu * head_dim`` x bytes of
     ``kv_dtype``, where ``kv_heads_on_gpu = ceil(num_kv_heads / tp)``: with ``tp >
@@ -450,10 +454,10 @@ def inference_memory(
     token's KV (the replica's capacity is ``tp`` times one GPU's, assuming balanced ranks).
     """
     check_engine_layout(model, engine)
-    _positive("hbm_bytes", hbm_bytes)
+    _positive("device_memory_bytes", device_memory_bytes)
     if reserved_bytes < 0:
         raise SpecError("reserved_bytes", f"must be >= 0, got {reserved_bytes}")
-    budget = engine.gpu_memory_utilization * hbm_bytes
+    budget = engine.gpu_memory_utilization * device_memory_bytes
     dp = engine.dp_attention
     dense_tp = 1 if dp else engine.tp
     per_token_fwd = forward_workspace_bytes_per_token(
@@ -487,7 +491,7 @@ def check_fits(mem: TrainMemory | ForwardMemory, capacity_bytes: float, what: st
     name, size = max(mem.components(), key=lambda c: c[1])
     raise SpecError(
         what,
-        f"needs {_gb(mem.total_bytes)} per GPU > {_gb(capacity_bytes)} HBM ({name} {_gb(size)}: {_HINTS[name]})",
+        f"needs {_gb(mem.total_bytes)} per GPU > {_gb(capacity_bytes)} device memory ({name} {_gb(size)}: {_HINTS[name]})",
     )
 
 

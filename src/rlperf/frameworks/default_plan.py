@@ -7,8 +7,8 @@ every framework and each change is written into the notes:
 
 - the rollout engine's tp grows from the framework's default (powers of two, up to a node) until
   the bf16 weights take at most half the engine's memory share (the rest holds the KV cache);
-- the training states must fit in half of HBM: ZeRO/FSDP states are ``16 B/param`` split by
-  stage (algorithms.md §2.1: bf16 weights and grads, fp32 master and Adam moments), so a ZeRO
+- the training states must fit in half of the device memory (what CUDA reports): ZeRO/FSDP
+  states are ``16 B/param`` split by stage (algorithms.md §2.1: bf16 weights and grads, fp32 master and Adam moments), so a ZeRO
   stage that does not fit becomes ZeRO-3; Megatron keeps ``6 B/param`` (bf16 weights, fp32
   grads) per model-parallel shard plus ``12 B/param`` of optimizer state sharded over dp, and
   grows tp (up to a node), then pp.
@@ -26,7 +26,7 @@ from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout
 from rlperf.specs.plan import ExecutionMode, Placement, Plan
 
 WEIGHTS_SHARE_OF_ENGINE = 0.5  # of the engine's memory share; the rest is KV cache
-STATES_SHARE_OF_HBM = 0.5  # of HBM for the training states; the rest is activations and logits
+STATES_SHARE_OF_HBM = 0.5  # of device memory for the training states; the rest is activations and logits
 
 
 @dataclass(frozen=True)
@@ -60,17 +60,17 @@ def build_default_plan(preset: FrameworkPreset, spec: ScenarioSpec) -> DefaultPl
     d = preset.defaults
     sc = resolve(spec)
     actor, total = sc.models["actor"], sc.cluster.num_gpus
-    hbm, node = sc.cluster.accelerator.hbm_bytes, sc.cluster.gpus_per_node
+    memory, node = sc.cluster.accelerator.device_memory_bytes, sc.cluster.gpus_per_node
     notes = [f"{preset.name} defaults: {d.source}", *(f"assumed: {a}" for a in d.assumed)]
-    engine_tp = _engine_tp(actor, d, hbm, min(node, total), notes)
+    engine_tp = _engine_tp(actor, d, memory, min(node, total), notes)
     rollout_gpus = total
     train_gpus = total
-    layout = _train_layout(actor, d, hbm, node, total, notes if d.placement != "disaggregated" else [])
+    layout = _train_layout(actor, d, memory, node, total, notes if d.placement != "disaggregated" else [])
     placement = Placement()
     if d.placement == "disaggregated":  # size the trainer on the whole cluster, split, then resize
         rollout_gpus = _rollout_share(d.rollout_share, total, engine_tp, layout.tp * layout.pp * layout.cp)
         train_gpus = total - rollout_gpus
-        layout = _train_layout(actor, d, hbm, node, train_gpus, notes)
+        layout = _train_layout(actor, d, memory, node, train_gpus, notes)
         placement = Placement(kind="disaggregated", rollout_gpus=rollout_gpus)
         notes.append(f"{rollout_gpus} of {total} GPUs generate")
     mp = layout.tp * layout.pp * layout.cp
@@ -97,8 +97,8 @@ def build_default_plan(preset: FrameworkPreset, spec: ScenarioSpec) -> DefaultPl
     return DefaultPlan(plan, tuple(notes))
 
 
-def _engine_tp(model: ModelSpec, d: PlanDefaults, hbm: float, cap: int, notes: list[str]) -> int:
-    budget = WEIGHTS_SHARE_OF_ENGINE * d.gpu_memory_utilization * hbm
+def _engine_tp(model: ModelSpec, d: PlanDefaults, memory_bytes: float, cap: int, notes: list[str]) -> int:
+    budget = WEIGHTS_SHARE_OF_ENGINE * d.gpu_memory_utilization * memory_bytes
     tp = min(d.engine_tp, cap)
     while model.weight_bytes("bf16") / tp > budget and tp * 2 <= cap:
         tp *= 2
@@ -138,8 +138,8 @@ def _megatron_states_bytes_per_gpu(model: ModelSpec, tp: int, pp: int, gpus: int
     return 6 * shard + 12 * shard / max(1, gpus // (tp * pp))
 
 
-def _train_layout(model: ModelSpec, d: PlanDefaults, hbm: float, node: int, gpus: int, notes: list[str]) -> TrainLayout:
-    budget = STATES_SHARE_OF_HBM * hbm
+def _train_layout(model: ModelSpec, d: PlanDefaults, memory_bytes: float, node: int, gpus: int, notes: list[str]) -> TrainLayout:
+    budget = STATES_SHARE_OF_HBM * memory_bytes
     base = TrainLayout(
         zero_stage=d.zero_stage,
         recompute=d.recompute,

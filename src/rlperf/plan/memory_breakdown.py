@@ -10,7 +10,8 @@ fullest pipeline stage, from the closed forms of :mod:`rlperf.cost.memory`:
   :func:`~rlperf.cost.memory.forward_memory`;
 - the rollout engine: :func:`~rlperf.cost.memory.inference_memory` -- weights, the step
   workspace, and the KV cache, which a vLLM-style engine preallocates to fill
-  ``gpu_memory_utilization x HBM``.
+  ``gpu_memory_utilization x`` the device memory CUDA reports
+  (:attr:`~rlperf.specs.hardware.Accelerator.device_memory_bytes`, also each row's capacity).
 
 Each pass is sized for two micro-batches (:class:`MicroBatchSizes`), from the layout's own
 micro-batching (a forward pass: its ``forward_*`` fields, :meth:`TrainLayout.for_forward_passes`)
@@ -63,7 +64,7 @@ class RoleMemory:
     kv_cache_bytes: float
     other_bytes: float  # ZeRO buffers (training), step workspace (engine)
     host_bytes: float  # host RAM per GPU (offloaded states)
-    capacity_bytes: float  # HBM per GPU
+    capacity_bytes: float  # device memory per GPU (Accelerator.device_memory_bytes)
     note: str = ""  # why the pass does not fit, when it does not
     # the worst micro-batch (every sequence at the cap), which the components above are at
     micro_batch_tokens: float = 0.0
@@ -121,7 +122,7 @@ def memory_breakdown(sc: Scenario, plan: Plan, num_gpus: int) -> tuple[RoleMemor
     """One row per (role, pass) the algorithm runs, in stage order; the engine first."""
     pools, assign = plan.placement.resolve(num_gpus)
     size = {p.name: p.num_gpus for p in pools}
-    hbm = sc.cluster.accelerator.hbm_bytes
+    capacity = sc.cluster.accelerator.device_memory_bytes
     cp = concrete_plan(plan, num_gpus)
     w = sc.workload
     longest = w.max_sequence_tokens
@@ -129,9 +130,9 @@ def memory_breakdown(sc: Scenario, plan: Plan, num_gpus: int) -> tuple[RoleMemor
     colocated_offload = plan.offload_between_phases and assign["generate"] == assign["actor"]
     rows: list[RoleMemory] = []
     gen = assign["generate"]
-    mem = inference_memory(sc.models["actor"], cp.rollout, hbm)
+    mem = inference_memory(sc.models["actor"], cp.rollout, capacity)
     engine = RoleMemory("rollout", "generate", gen, size[gen], mem.weights_bytes, 0.0, 0.0, 0.0, 0.0,
-                        max(mem.kv_capacity_bytes, 0.0), mem.workspace_bytes, 0.0, hbm,
+                        max(mem.kv_capacity_bytes, 0.0), mem.workspace_bytes, 0.0, capacity,
                         "" if mem.kv_capacity_bytes > 0 else "weights and workspace exceed gpu_memory_utilization")
     # the engine preallocates its KV cache: the same bytes whatever the lengths
     rows.append(replace(engine, mean_device_bytes=engine.device_bytes))
@@ -156,15 +157,15 @@ def memory_breakdown(sc: Scenario, plan: Plan, num_gpus: int) -> tuple[RoleMemor
                 typical = train_memory(sc.models[st.role], lay, mb.mean_tokens, seq_len=mb.mean_seq_tokens, value_head=value)
                 host = t.host_bytes + (t.model_states_bytes if colocated_offload else 0.0)
                 rows.append(RoleMemory(st.role, work, pool, size[pool], t.weights_bytes, t.grads_bytes, t.optimizer_bytes,
-                                       t.activations_bytes, t.logits_bytes, 0.0, t.buffers_bytes, host, hbm, "",
+                                       t.activations_bytes, t.logits_bytes, 0.0, t.buffers_bytes, host, capacity, "",
                                        mb.worst_tokens, mb.mean_tokens, typical.total_bytes))
                 continue
             f = forward_memory(sc.models[st.role], lay, mb.worst_tokens, seq_len=mb.worst_seq_tokens, value_head=value)
             typical_f = forward_memory(sc.models[st.role], lay, mb.mean_tokens, seq_len=mb.mean_seq_tokens, value_head=value)
             rows.append(RoleMemory(st.role, work, pool, size[pool], f.weights_bytes, 0.0, 0.0, f.activations_bytes,
-                                   f.logits_bytes, 0.0, f.buffers_bytes, f.host_bytes, hbm, "",
+                                   f.logits_bytes, 0.0, f.buffers_bytes, f.host_bytes, capacity, "",
                                    mb.worst_tokens, mb.mean_tokens, typical_f.total_bytes))
         except SpecError as err:
             note = str(err)
-            rows.append(RoleMemory(st.role, work, pool, size[pool], 0, 0, 0, 0, 0, 0, 0, 0, hbm, note))
+            rows.append(RoleMemory(st.role, work, pool, size[pool], 0, 0, 0, 0, 0, 0, 0, 0, capacity, note))
     return tuple(rows)

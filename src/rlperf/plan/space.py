@@ -188,7 +188,7 @@ def _engine(sc: Scenario, base: EngineLayout, tp: int, pp: int) -> EngineLayout 
     # grow with it; the rollout model charges the preemptions when the sequences outgrow it.
     wl = sc.workload
     mean_seq = wl.prompt_length.mean_tokens() + wl.response_length.mean_tokens()
-    held = inference_memory(model, lay, sc.cluster.accelerator.hbm_bytes).kv_capacity_tokens / max(mean_seq, 1.0)
+    held = inference_memory(model, lay, sc.cluster.accelerator.device_memory_bytes).kv_capacity_tokens / max(mean_seq, 1.0)
     seqs = min(1024, 1 << round(math.log2(held))) if held >= 1 else 0
     if seqs > lay.max_num_seqs:
         lay = lay.model_copy(update={"max_num_seqs": seqs})
@@ -196,7 +196,7 @@ def _engine(sc: Scenario, base: EngineLayout, tp: int, pp: int) -> EngineLayout 
 
 
 def _engine_holds_a_sequence(sc: Scenario, lay: EngineLayout) -> bool:
-    mem = inference_memory(sc.models["actor"], lay, sc.cluster.accelerator.hbm_bytes)
+    mem = inference_memory(sc.models["actor"], lay, sc.cluster.accelerator.device_memory_bytes)
     return mem.kv_capacity_tokens >= sc.workload.max_sequence_tokens
 
 
@@ -212,7 +212,7 @@ def train_layouts(sc: Scenario) -> list[TrainLayout]:
     max_seq = sc.workload.max_sequence_tokens
     # Model states fully sharded over one node: if even that exceeds a GPU, add pipeline stages.
     states_per_gpu = 16.0 * model.num_params / max(1, min(node, sc.cluster.num_gpus))
-    pps = [1, 2, 4] if states_per_gpu > 0.6 * sc.cluster.accelerator.hbm_bytes else [1]
+    pps = [1, 2, 4] if states_per_gpu > 0.6 * sc.cluster.accelerator.device_memory_bytes else [1]
     cp0 = 1
     while max_seq / cp0 > 32768 and cp0 < node:
         cp0 *= 2
@@ -272,7 +272,7 @@ class MemoryRungs:
                                num_microbatches=1 << 20)
         except SpecError:
             return False
-        return mem.total_bytes <= sc.cluster.accelerator.hbm_bytes
+        return mem.total_bytes <= sc.cluster.accelerator.device_memory_bytes
 
     def _budgets(self, lay: TrainLayout) -> list[int]:
         """Powers of two from the layout's budget down to the one that holds the longest
@@ -391,7 +391,7 @@ def enumerate_candidates(sc: Scenario, opts: SearchOptions) -> Iterator[Candidat
     fine = opts.fine_splits_at_gpus == sc.cluster.num_gpus
     for eng in engines:
         try:  # weights and workspace alone overflow the engine's budget: no placement helps
-            check_kv_capacity(inference_memory(sc.models["actor"], eng, sc.cluster.accelerator.hbm_bytes), "engine")
+            check_kv_capacity(inference_memory(sc.models["actor"], eng, sc.cluster.accelerator.device_memory_bytes), "engine")
         except SpecError as err:
             yield Rejected(f"rollout engine tp{eng.tp} pp{eng.pp}", str(err))
             continue

@@ -232,6 +232,7 @@ class Calibration:
             "peak_flops": {k: float(v) for k, v in peaks.items()},
             "fp32_vector_flops": float(peaks.get("fp32", max(peaks.values()))),
             "hbm_bytes": float(self.memory_bytes),
+            "reported_memory_bytes": float(self.memory_bytes),
             "hbm_bandwidth_bytes_per_s": float(bw),
             "intra_node_bandwidth_bytes_per_s": float(self.copy_bytes_per_s),
             "nic_bandwidth_bytes_per_s": float(self.copy_bytes_per_s),
@@ -240,7 +241,8 @@ class Calibration:
             "assumed": {
                 "peak_flops": "the best GEMM rate measured per dtype, not a datasheet peak",
                 "hbm_bandwidth_bytes_per_s": "the best of STREAM copy and triad measured",
-                "hbm_bytes": "device memory (RAM on a CPU)",
+                "hbm_bytes": "no datasheet: the device memory torch reports (RAM on a CPU)",
+                "reported_memory_bytes": "torch.cuda.get_device_properties().total_memory (RAM on a CPU)",
                 "intra_node_bandwidth_bytes_per_s": "one device, no links: set to the copy bandwidth",
                 "nic_bandwidth_bytes_per_s": "one device, no links: set to the copy bandwidth",
                 "pcie_bandwidth_bytes_per_s": "not measured: set to the copy bandwidth",

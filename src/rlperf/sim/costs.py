@@ -107,12 +107,13 @@ class AnalyticCosts:
         lay = self.plan.layout_for(key)
         return lay.tp * lay.pp * lay.cp
 
-    def hbm_bytes(self) -> float:
-        return self.sc.cluster.accelerator.hbm_bytes
+    def device_memory_bytes(self) -> float:
+        return self.sc.cluster.accelerator.device_memory_bytes
 
     def engine_memory_bytes(self, gpus: int) -> float:
-        # The engine pre-allocates gpu_memory_utilization of HBM for weights, workspace and KV.
-        return self.plan.rollout.gpu_memory_utilization * self.hbm_bytes()
+        # The engine pre-allocates gpu_memory_utilization of the device's memory (the total CUDA
+        # reports, Accelerator.device_memory_bytes) for weights, workspace and KV.
+        return self.plan.rollout.gpu_memory_utilization * self.device_memory_bytes()
 
     # ------------------------------------------------------------------ stages
     def rollout(self, batch: RolloutBatch, gpus: int, token_budget: int | None,

@@ -789,7 +789,7 @@ class Simulator:
         )
         if pool == self.assign["generate"]:
             peak = max(peak, self.costs.engine_memory_bytes(self.pool_gpus[pool]))
-        return PoolStats(pool, gpus, float(min(util, 1.0)), idle, peak, self.costs.hbm_bytes())
+        return PoolStats(pool, gpus, float(min(util, 1.0)), idle, peak, self.costs.device_memory_bytes())
 
     def _bounds(self, step_time: float, steady: range, stage_pool: dict[str, str]) -> Bounds:
         """Work-depth lower bound of a steady-state step; see :class:`rlperf.sim.result.Bounds`

@@ -6,6 +6,21 @@ shared/research/hardware.yaml). Achieved efficiencies are *data* in a :class:`Ha
 ``--hardware-profile FILE`` (e.g. one written by ``rlperf calibrate``).
 
 Units: FLOP/s, bytes, bytes/s, seconds (SI, decimal).
+
+Device memory. ``hbm_bytes`` is the datasheet capacity in decimal bytes (H100: "80 GB" ->
+80e9). What an engine or a trainer can allocate is what the CUDA (HIP) runtime reports,
+``reported_memory_bytes``: cudaMemGetInfo's total, i.e. ``torch.cuda.mem_get_info()[1]`` =
+``torch.cuda.get_device_properties(i).total_memory`` (H100 SXM: 85,045,477,376 bytes =
+79.2 GiB, the datasheet's 80 GiB of HBM less the driver's reservation). vLLM and SGLang size
+their KV cache from it (vLLM: ``requested_memory = gpu_memory_utilization * total`` with
+``total`` from ``torch.cuda.mem_get_info()``, ``vllm/v1/worker/gpu_worker.py``). Every memory
+check reads :attr:`Accelerator.device_memory_bytes`::
+
+    device_memory_bytes = reported_memory_bytes   if a reported figure is catalogued
+                        = hbm_bytes               otherwise (no published figure: the datasheet)
+
+Figures and sources per part: ``data/hardware.yaml``. A reported total lies within 10% of the
+datasheet figure (GiB vs GB is 7.4%, the driver takes < 1%); outside that is a unit slip.
 """
 
 from __future__ import annotations
@@ -38,7 +53,10 @@ class Accelerator(Spec):
     aliases: tuple[str, ...] = ()  # other names accepted by load_accelerator (normalized)
     peak_flops: dict[str, FlopRate]  # dtype -> dense peak FLOP/s (tensor units), e.g. {"bf16": 989e12}
     fp32_vector_flops: float = Field(default=0.0, ge=0)  # non-tensor FP32 (elementwise, optimizer)
-    hbm_bytes: Bytes
+    hbm_bytes: Bytes  # datasheet capacity, decimal bytes
+    # total device memory the CUDA (HIP) runtime reports (torch.cuda.mem_get_info()[1]); None: no
+    # published figure, the datasheet's is used (device_memory_bytes)
+    reported_memory_bytes: Bytes | None = None
     hbm_bandwidth_bytes_per_s: Bandwidth
     intra_node_bandwidth_bytes_per_s: Bandwidth  # per GPU, one direction (NVLink)
     # Full-mesh fabrics (AMD Infinity Fabric): one GPU pair's direct link, one direction. A group
@@ -53,6 +71,23 @@ class Accelerator(Spec):
     assumed: dict[str, str] = Field(default_factory=dict)  # field -> why a value without a direct source was chosen
     notes: tuple[str, ...] = ()
     sources: tuple[Source, ...] = ()
+
+    @model_validator(mode="after")
+    def _check_memory(self) -> Accelerator:
+        rep = self.reported_memory_bytes
+        if rep is not None and not 0.9 * self.hbm_bytes <= rep <= 1.1 * self.hbm_bytes:
+            raise ValueError(
+                f"reported_memory_bytes {rep:.4g} must lie within 10% of hbm_bytes {self.hbm_bytes:.4g} "
+                "(the runtime's total in bytes, e.g. 85045477376 for an H100 SXM)"
+            )
+        return self
+
+    @property
+    def device_memory_bytes(self) -> float:
+        """Memory of one device that an engine or trainer can allocate: the runtime's reported
+        total where catalogued, the datasheet figure otherwise (module docstring)."""
+        rep = self.reported_memory_bytes
+        return self.hbm_bytes if rep is None else rep
 
     def peak(self, dtype: str) -> float:
         from rlperf.errors import SpecError

@@ -78,7 +78,7 @@ def forward_pass(
     padded = not layout.packing
     mem = forward_memory(model, layout, plan.max_microbatch_tokens(padded), seq_len=int(seqs.max()),
                          value_head=head == "value")
-    check_fits(mem, cluster.accelerator.hbm_bytes, name)
+    check_fits(mem, cluster.accelerator.device_memory_bytes, name)
 
     devices = layout.tp * layout.cp
     shapes = MicroBatchShapes.of(plan, padded)

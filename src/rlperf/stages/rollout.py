@@ -57,7 +57,7 @@ def kv_capacity_tokens(
 ) -> int:
     """KV-cache capacity of one replica in tokens, from the memory model; SpecError when the
     engine cannot hold ``min_tokens`` (e.g. one sequence of the longest prompt + response)."""
-    mem = inference_memory(model, layout, cluster.accelerator.hbm_bytes)
+    mem = inference_memory(model, layout, cluster.accelerator.device_memory_bytes)
     check_kv_capacity(mem, "engine", min_tokens)
     return mem.kv_capacity_tokens
 

@@ -124,7 +124,7 @@ def train_step(
         model, layout, max(p.max_microbatch_tokens(not layout.packing) for p in plans), seq_len=int(seqs.max()),
         num_microbatches=max(p.max_microbatches() for p in plans), value_head=head == "value",
     )
-    check_fits(mem, cluster.accelerator.hbm_bytes, name)
+    check_fits(mem, cluster.accelerator.device_memory_bytes, name)
 
     shapes = [MicroBatchShapes.of(p, padded=not layout.packing) for p in plans]
     steps = [_step(costs, plan, stages, part, cpu_adam_params_per_s)

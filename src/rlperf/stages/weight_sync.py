@@ -348,7 +348,7 @@ def offload_states(
 def engine_sleep(model: ModelSpec, cluster: Cluster, engine: EngineLayout, name: str = "engine_wake") -> StageCost:
     """vLLM sleep (level 1) or wake-up: the engine's weights over PCIe, one direction (c).
     The KV cache is discarded on sleep and re-allocated on wake, which moves no bytes."""
-    mem = inference_memory(model, engine, cluster.accelerator.hbm_bytes)
+    mem = inference_memory(model, engine, cluster.accelerator.device_memory_bytes)
     return _pcie_stage(cluster, name, mem.weights_bytes, engine.num_gpus, "engine")
 
 

@@ -86,6 +86,7 @@ class Bounder:
         self._train: dict[tuple[str, int], tuple[float, float]] = {}
         self._stages = sc.algorithm.active_stages(sc.epochs * sc.minibatches)
         self._pools: dict[tuple[tuple[tuple[str, str], ...], int], tuple[dict[str, float], dict[str, float]]] = {}
+        self._bounds: dict[tuple[object, ...], PlanBound] = {}
 
     def _sample(self, it: int) -> tuple[np.ndarray, np.ndarray, float]:
         """(prompt, response) lengths per request and the trained tokens of iteration ``it``:
@@ -172,14 +173,24 @@ class Bounder:
 
     def bound(self, cand: Candidate) -> PlanBound:
         """The smallest of the per-iteration bounds over the iterations the simulator averages
-        (each draws its own batch): a lower bound on their mean."""
-        mode = self.est.mode(cand.plan)
-        warmup, steady = mode.sim_iterations()
-        return min((self._bound_at(cand, it) for it in range(warmup, warmup + steady)), key=lambda b: b.step_s)
-
-    def _bound_at(self, cand: Candidate, it: int) -> PlanBound:
-        sc = self.sc
+        (each draws its own batch): a lower bound on their mean. It reads only the plan's
+        placement, rollout engine, execution mode and phase offload (the training terms are the
+        scenario's: :meth:`_role_terms`), so it is kept by those: the candidates that differ in
+        their training layouts alone (most of them) share it."""
         plan = cand.plan
+        where = plan.placement
+        key = (where.kind, where.rollout_gpus, where.pools, tuple(sorted(where.assign.items())), plan.rollout,
+               plan.mode, plan.offload_between_phases)
+        got = self._bounds.get(key)
+        if got is None:
+            mode = self.est.mode(plan)
+            warmup, steady = mode.sim_iterations()
+            got = self._bounds[key] = min((self._bound_at(plan, it) for it in range(warmup, warmup + steady)),
+                                          key=lambda b: b.step_s)
+        return got
+
+    def _bound_at(self, plan: Plan, it: int) -> PlanBound:
+        sc = self.sc
         total = sc.cluster.num_gpus
         size, assign = self.est.placed(plan)
         gen_pool = assign["generate"]

@@ -86,22 +86,35 @@ def test_compiled_under_preemption_storms(sharing: bool) -> None:
     assert_same(fast, simulate_rollout(QWEN7, H100, layout, req, RolloutOptions(event_by_event=True), cap))
 
 
-@pytest.mark.parametrize("dry_runs", [1, 7])
-@pytest.mark.parametrize("stop", [{"stop_after_num_finished": 300}, {"time_limit_s": 40.0}])
-def test_compiled_stop_in_short_dry_runs(dry_runs: int, stop: dict[str, float]) -> None:
-    """Dry runs of a few runs per replica, grown until every event up to the stop is planned:
-    the same result as the Python run-out to the stop."""
+def _compiled_stop_is_python_stop(opts: RolloutOptions, knob: str, value: float) -> None:
+    """The compiled run-out to a stop, with ``runout.<knob>`` patched to ``value``, equals the
+    Python run-out to it."""
     rng = np.random.default_rng(2)
     n = 600
     group = np.arange(n) // 6
     req = RolloutRequests.build(rng.integers(50, 1500, n // 6)[group], rng.integers(1, 3000, n), group)
     layout = EngineLayout(replicas=3, max_num_seqs=64, max_num_batched_tokens=256)
     cap = int(np.max(req.prompt_tokens + req.response_tokens)) + 6000
-    opts = RolloutOptions(**stop)  # type: ignore[arg-type]
-    with patch.object(runout, "DRY_RUNS", dry_runs):
+    with patch.object(runout, knob, value):
         fast = simulate_rollout(QWEN7, H100, layout, req, opts, cap)
     assert fast.stopped_early
     assert_same(fast, python_run_out(QWEN7, H100, layout, req, opts, cap))
+
+
+@pytest.mark.parametrize("dry_runs", [1, 7])
+@pytest.mark.parametrize("stop", [{"stop_after_num_finished": 300}, {"time_limit_s": 40.0}])
+def test_compiled_stop_in_short_dry_runs(dry_runs: int, stop: dict[str, float]) -> None:
+    """Dry runs of a few runs per replica, grown until every event up to the stop is planned:
+    the same result as the Python run-out to the stop."""
+    _compiled_stop_is_python_stop(RolloutOptions(**stop), "DRY_RUNS", dry_runs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("runs_per_finish", [0.0, 0.5, 100.0])
+def test_compiled_stop_whatever_the_first_dry_run_guesses(runs_per_finish: float) -> None:
+    """The first dry run to a stop after finished requests is sized from the requests still
+    wanted (RUNS_PER_FINISH): too short (then grown) or long, the same result as the Python
+    run-out to the stop."""
+    _compiled_stop_is_python_stop(RolloutOptions(stop_after_num_finished=300), "RUNS_PER_FINISH", runs_per_finish)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -216,3 +216,59 @@ def test_deepspeed_regathers_what_it_releases_between_recompute_and_backward() -
     one = all_gather(A100, 2 * mi * 2, costs.shard_group)  # a module of 2M parameters on average, bf16
     assert bwd.exposed_s[0] == pytest.approx(fwd.exposed_s[0] + 2 * model.num_layers * one.time_s, rel=1e-12)
     assert bwd.bytes_sent == pytest.approx(fwd.bytes_sent + 2 * model.num_layers * one.bytes_sent_per_rank, rel=1e-12)
+
+
+def test_deepspeed_copies_a_coalesced_gather_out_of_its_flat_buffer() -> None:
+    # GPT-2 block at d = 1024 (M = 2^20): modules qkv 3M (bias 3,072), o 1M (bias 1,024), fc 4M
+    # (bias 4,096), proj 4M (bias 1,024). DeepSpeed partitions a tensor above the persistence
+    # threshold; a module left with two or more is gathered through one flat buffer: the shards
+    # cat'ed in (1/N of it), every tensor cat'ed out (all of it), read and write, bf16
+    model, mi, layers, n = gpt3_model(1024, 16, 12, 1024), float(2**20), 12, 8
+    lay = TrainLayout(dp=n, zero_stage=3, recompute="none", gather_unit="module", prefetch_gathers=False)
+
+    def copy(**update):  # type: ignore[no-untyped-def]
+        costs = LayoutCosts(model, A100, lay.model_copy(update=update))
+        return costs.gather_copy_bytes(costs.shards[0])
+
+    per_element = 2 * 2 * (1 + 1 / n)
+    assert copy() == (0.0, 0)  # DeepSpeed's default 1e5 keeps every bias gathered: one tensor a module
+    # every bias partitioned: all four modules coalesced, three kernels each (two tensors, the shards)
+    assert copy(persistence_threshold_params=1000) == pytest.approx(
+        (layers * per_element * (12 * mi + 3072 + 1024 + 4096 + 1024), layers * 4 * 3))
+    # only the biases above 2,000 elements: qkv and fc
+    assert copy(persistence_threshold_params=2000) == pytest.approx(
+        (layers * per_element * (7 * mi + 3072 + 4096), layers * 2 * 3))
+    # LoRA rank 128: A (r x d_in) and B (r x d_out) beside every weight, all above 1e5
+    adapters = 128 * ((1024 + 3072) + (1024 + 1024) + (1024 + 4096) + (4096 + 1024))
+    assert copy(lora_rank=128) == pytest.approx((layers * per_element * (12 * mi + adapters), layers * 4 * 4))
+    # nothing without DeepSpeed's per-module coalesced gather over more than one rank
+    for other in ({"gather_unit": "layer"}, {"zero_stage": 2}, {"dp": 1}):
+        assert copy(persistence_threshold_params=1000, **other) == (0.0, 0)
+
+
+def test_the_gather_copy_is_on_each_pass_and_on_what_the_backward_gathers_again() -> None:
+    model, mi, layers = gpt3_model(1024, 16, 12, 1024), float(2**20), 12
+    lay = TrainLayout(dp=8, zero_stage=3, recompute="none", gather_unit="module", prefetch_gathers=False,
+                      micro_batch_size=1, packing=False)
+    mb = MicroBatchShapes.of(microbatches_for(np.full(1, 1024), lay), padded=True)
+    bandwidth = A100.accelerator.hbm_bandwidth_bytes_per_s * A100.profile.hbm_efficiency
+
+    def passes(**update):  # type: ignore[no-untyped-def]
+        costs = LayoutCosts(model, A100, lay.model_copy(update=update))
+        shard = costs.shards[0]
+        fwd = costs.forward(shard, mb)
+        return fwd, costs.backward(shard, mb, fwd)
+
+    for recompute, again in (("none", 0.0), ("full", 0.0), ("full", 4 * mi + 3072 + 1024)):
+        # at a reuse distance of 16M the backward gathers qkv and o again (the regather test), biases too
+        reuse = 16 * mi if again else 1e9
+        f0, b0 = passes(recompute=recompute, max_reuse_distance_params=reuse)
+        f1, b1 = passes(recompute=recompute, max_reuse_distance_params=reuse, persistence_threshold_params=1000)
+        one = layers * 4.5 * (12 * mi + 9216)  # every module coalesced (as above), per gather
+        assert f1.hbm_bytes[0] - f0.hbm_bytes[0] == pytest.approx(one)
+        assert f1.body_s[0] - f0.body_s[0] == pytest.approx(one / bandwidth)
+        assert f1.launch_s[0] - f0.launch_s[0] == pytest.approx(layers * 12 * A100.profile.kernel_launch_s)
+        # the backward's own gather (under full recompute: the replayed forward's), and the re-gathers
+        extra = one + layers * 4.5 * again
+        assert b1.hbm_bytes[0] - b0.hbm_bytes[0] == pytest.approx(extra)
+        assert b1.body_s[0] - b0.body_s[0] == pytest.approx(extra / bandwidth)

@@ -98,6 +98,12 @@ class TrainLayout(Spec):
     # parameters stay gathered after a use only if its trace uses them again within this many
     # parameters (PartitionedParameterCoordinator.__params_to_release); read under full recompute
     max_reuse_distance_params: float = Field(default=1e9, ge=0)
+    # DeepSpeed's stage3_param_persistence_threshold (its default 1e5; DeepSpeed-Chat's configs
+    # 1e4): a parameter of at most this many elements is never partitioned. With gather_unit
+    # "module", a module left with two or more partitioned parameters (a weight and a bias above
+    # it, or LoRA adapters) is gathered through one flat buffer and copied out of it
+    # (LayoutCosts.gather_copy_bytes)
+    persistence_threshold_params: float = Field(default=1e5, ge=0)
     # attention kernels: FlashAttention (causal tiles, no score matrix in HBM) or the unfused
     # path of Megatron's core attention (full-square scores, softmax and dropout through HBM)
     attention_kernel: AttentionKernel = "flash"

@@ -96,6 +96,21 @@ outermost, as Megatron-Core orders its process groups):
   parameters: ``PartitionedParameterCoordinator.fetch_sub_module``); the gradient
   reduce-scatter overlaps the backward the same way when ``overlap_grad_comm`` (its last
   bucket exposed), and is fully exposed otherwise.
+- DeepSpeed's coalesced gathers (``gather_unit="module"``, ZeRO-3 over ``N > 1`` ranks;
+  DeepSpeed ``v0.9.0`` ``partition_parameters.py``, :meth:`LayoutCosts.gather_copy_bytes`): a
+  module with two or more partitioned parameters (a weight and a bias above
+  ``persistence_threshold_params``, or LoRA's ``A`` and ``B`` beside the weight) is gathered
+  through one flat buffer: ``all_gather_coalesced`` first ``torch.cat``'s the rank's shards into
+  its slice of the buffer (read and write ``1/N`` of the module's elements), and the handle's
+  ``wait()`` ``torch.cat``'s every parameter out of the gathered buffer into a tensor of its own
+  (read and write all of them); a module with one partitioned parameter is gathered in place. Per
+  gathered element ``2 b (1 + 1/N)`` HBM bytes (``b`` the compute dtype's), one kernel per
+  parameter and one for the shards, at the elementwise roof, on the pass's own time: the
+  coordinator waits on the handle when the module is needed, prefetched or not, and the compute
+  stream waits for it (``fetch_sub_module``: ``current_stream().wait_stream``). A forward
+  copies once and a backward once (under full recompute its replayed forward's copy is that
+  one), plus what :meth:`LayoutCosts.regathered_modules` gathers again. Dense layers only (MoE
+  and MLA modules are not listed, as for the re-gathers).
 """
 
 from __future__ import annotations
@@ -456,13 +471,15 @@ class LayoutCosts:
         lin = self._with_adapters(shard, lin, t, backward=False)
         attn = self._attention(shard, mb, backward=False)
         elem = self._elementwise(shard, t, LOGIT_PASSES_FORWARD, 1)
-        body = lin.time_s + attn.time_s + elem.time_s
+        copy_bytes, copy_kernels = self.gather_copy_bytes(shard)
+        body = lin.time_s + attn.time_s + elem.time_s + copy_bytes / self._elementwise_roof[1]
         launch, host = self._dispatch(shard, mb)
+        launch = launch + copy_kernels * cl.profile.kernel_launch_s
         comm = self._comm(shard, mb, attn.time_s, forward=True, tp_passes=1, ring_passes=1,
                           a2a_passes=1) if comm_too else _no_comm(t)
         return PassCost(
             flops=lin.flops + attn.flops + elem.flops,
-            hbm_bytes=lin.bytes + attn.bytes + elem.bytes,
+            hbm_bytes=lin.bytes + attn.bytes + elem.bytes + copy_bytes,
             body_s=body, launch_s=launch, host_s=host,
             host_overlap=cl.profile.host_overlap_exponent,
             attention_s=attn.time_s, **comm,
@@ -482,8 +499,12 @@ class LayoutCosts:
         flops = lin.flops + attn.flops + elem.flops
         hbm = lin.bytes + attn.bytes + elem.bytes
         body = lin.time_s + attn.time_s + elem.time_s
+        # the backward's gather copies out (under full recompute the replayed forward's copy, in
+        # fwd, is that one), and the modules gathered again after the recomputed forward
+        copy_bytes, copy_kernels = self.gather_copy_bytes(shard, regathered=lay.recompute == "full")
+        hbm, body = hbm + copy_bytes, body + copy_bytes / self._elementwise_roof[1]
         launch, host = self._dispatch(shard, mb)
-        launch = 2 * launch
+        launch = 2 * launch + copy_kernels * cl.profile.kernel_launch_s
         attention_s = attn.time_s
         if lay.recompute == "full":
             flops, hbm, body, launch = flops + fwd.flops, hbm + fwd.hbm_bytes, body + fwd.body_s, launch + fwd.launch_s
@@ -769,17 +790,69 @@ class LayoutCosts:
         q, k, v (or a fused qkv), o, then the MLP's matrices in call order (gate, up, down; or
         fc1, fc2), weights only, split by tp. Dense models without MLA; MoE and MLA models are
         not modelled (no re-gather counted)."""
-        lay, m = self.layout, self.model
-        if lay.zero_stage < 3 or lay.gather_unit != "module" or lay.recompute != "full" or m.mla or m.moe:
+        again = self._regathered
+        if again is None:
             return 0, 0.0
-        d, hd = m.hidden_size, m.head_dim
-        q, kv, o = d * m.num_heads * hd, d * m.num_kv_heads * hd, m.num_heads * hd * d
-        attn = [q + 2 * kv, o] if m.fused_qkv else [q, kv, kv, o]
-        mlp = [d * m.intermediate_size] * m.mlp.num_matrices
-        sizes = np.asarray(attn + mlp, dtype=np.float64) / lay.tp
-        later = np.cumsum(sizes[::-1])[::-1] - sizes  # parameters of the modules after each one
-        again = 2 * later >= lay.max_reuse_distance_params
+        sizes = self._linear_modules[0]
         return int(again.sum()), float(sizes[again].sum())
+
+    @cached_property
+    def _regathered(self) -> np.ndarray | None:
+        """Which linear modules of a layer :meth:`regathered_modules` gathers again (None where
+        nothing is)."""
+        lay, mods = self.layout, self._linear_modules
+        if lay.zero_stage < 3 or lay.gather_unit != "module" or lay.recompute != "full" or mods.size == 0:
+            return None
+        sizes = mods[0]
+        later = np.cumsum(sizes[::-1])[::-1] - sizes  # parameters of the modules after each one
+        again: np.ndarray = 2 * later >= lay.max_reuse_distance_params
+        return again
+
+    @cached_property
+    def _linear_modules(self) -> np.ndarray:
+        """The tensors of each linear module of one dense decoder layer on a rank, in call order
+        (q, k, v, o or a fused qkv and o; the MLP's matrices, as :meth:`regathered_modules`
+        lists them), as rows of elements: the weight (``d_in d_out / tp``), its bias (0
+        without; split by tp on a column-parallel linear), LoRA's ``A`` and ``B`` (0 without
+        LoRA; split by tp as :mod:`rlperf.cost.lora` splits them; a fused qkv is one linear with
+        one pair). Empty (shape (4, 0)) for MoE and MLA models."""
+        lay, m = self.layout, self.model
+        if m.mla is not None or m.moe is not None:
+            return np.zeros((4, 0))
+        d, f, tp, r = m.hidden_size, m.intermediate_size, lay.tp, lay.lora_rank
+        q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
+        # (d_in, d_out, column-parallel, has a bias)
+        attn = [(d, q + 2 * kv, True, m.qkv_bias)] if m.fused_qkv else [(d, w, True, m.qkv_bias) for w in (q, kv, kv)]
+        shapes = attn + [(q, d, False, m.o_bias)] + [(d, f, True, m.mlp_bias)] * (m.mlp.num_matrices - 1)
+        shapes.append((f, d, False, m.mlp_bias))
+        rows: list[tuple[float, float, float, float]] = []
+        for d_in, d_out, column, bias in shapes:
+            local_in, local_out = (d_in, d_out / tp) if column else (d_in / tp, d_out)
+            rows.append((d_in * d_out / tp, local_out if bias else 0.0, r * local_in, r * local_out))
+        tensors: np.ndarray = np.asarray(rows, dtype=np.float64).T
+        return tensors
+
+    def gather_copy_bytes(self, shard: StageShard, regathered: bool = False) -> tuple[float, int]:
+        """(HBM bytes, kernels) per device of the copies around DeepSpeed's coalesced all-gathers
+        in one gather of ``shard``'s stage (module docstring): over the modules whose tensors
+        above ``persistence_threshold_params`` (DeepSpeed partitions a parameter of more elements
+        than the threshold) are two or more, ``2 b (1 + 1/N)`` bytes per such element and one
+        kernel per tensor plus one; ``regathered``: only the modules gathered again in a
+        full-recompute backward. (0, 0) without ZeRO-3's per-module gathers over ``N > 1``."""
+        lay, mods = self.layout, self._linear_modules
+        if lay.zero_stage < 3 or lay.gather_unit != "module" or lay.shard_degree == 1 or not shard.num_layers:
+            return 0.0, 0
+        partitioned = mods > lay.persistence_threshold_params
+        count = partitioned.sum(axis=0)
+        coalesced = count >= 2
+        if regathered:
+            again = self._regathered
+            coalesced = coalesced & again if again is not None else np.zeros_like(coalesced)
+        if not coalesced.any():
+            return 0.0, 0
+        elements = float(np.where(partitioned, mods, 0.0).sum(axis=0)[coalesced].sum())
+        per_layer = 2 * _C * (1 + 1 / lay.shard_degree) * elements
+        return shard.num_layers * per_layer, shard.num_layers * int((count[coalesced] + 1).sum())
 
     def gather_units(self, shard: StageShard) -> int:
         """ZeRO-3 all-gathers per pass over the stage: one per decoder layer and one for the root

@@ -389,12 +389,21 @@ def enumerate_candidates(sc: Scenario, opts: SearchOptions) -> Iterator[Candidat
     critic = MemoryRungs(sc, "critic") if "critic" in sc.algorithm.roles and sc.models["critic"] != sc.models["actor"] else None
     n_responses = sc.workload.prompts_per_step * sc.workload.group_size
     fine = opts.fine_splits_at_gpus == sc.cluster.num_gpus
+    # The modes of a colocated and of a split placement, made once (frozen values): every
+    # candidate of a kind shares them, and whether its rollout calls stop early.
+    mode_sets = {split: [(mode, mlabel, mode_of(mode).stop_after_finished(n_responses) is not None)
+                         for mode, mlabel in modes(sc, split, opts)] for split in (False, True)}
     for eng in engines:
         try:  # weights and workspace alone overflow the engine's budget: no placement helps
             check_kv_capacity(inference_memory(sc.models["actor"], eng, sc.cluster.accelerator.device_memory_bytes), "engine")
         except SpecError as err:
             yield Rejected(f"rollout engine tp{eng.tp} pp{eng.pp}", str(err))
             continue
+        # A call that stops at the first B·G finished responses keeps the long ones in flight
+        # (the short ones leave), so the mean length overstates what its KV cache holds: it
+        # keeps the scenario's max_num_seqs (README scenario, 32+32 streaming: 136.1 s at 256,
+        # 145.0 s at 512).
+        stopping = eng.model_copy(update={"max_num_seqs": base.rollout.max_num_seqs})
         for place, plabel in placements(sc, eng.tp * eng.pp, fine):
             split = place.kind != "colocated"
             pools, assign = place.resolve(sc.cluster.num_gpus)
@@ -404,13 +413,8 @@ def enumerate_candidates(sc: Scenario, opts: SearchOptions) -> Iterator[Candidat
                 roles = {"actor": lay}
                 if critic is not None and (c := critic.fitted(b, train_gpus)) != lay:
                     roles["critic"] = c
-                for mode, mlabel in modes(sc, split, opts):
-                    # A call that stops at the first B·G finished responses keeps the long ones in
-                    # flight (the short ones leave), so the mean length overstates what its KV
-                    # cache holds: it keeps the scenario's max_num_seqs (README scenario, 32+32
-                    # streaming: 136.1 s at 256, 145.0 s at 512).
-                    stops = mode_of(mode).stop_after_finished(n_responses) is not None
-                    e = eng.model_copy(update={"max_num_seqs": base.rollout.max_num_seqs}) if stops else eng
+                for mode, mlabel, stops in mode_sets[split]:
+                    e = stopping if stops else eng
                     plan = base.model_copy(update={
                         "placement": place,
                         "rollout": e,

@@ -6,7 +6,14 @@ Each question runs the CLI in a child process (search, what-ifs and rendering in
 it inflates wall time. The load average is printed beside it.
 
 Run: .venv/bin/python bench/bench_plan_questions.py [--skip-1024 | --only-from | --only TEXT] [--bytecode]
+[--trees DIR,DIR,...] [--rounds N]
 (``--only TEXT``: the questions whose label contains TEXT)
+
+Comparing trees: CPU-s on a shared machine move by tens of percent from minute to minute, so two
+trees are compared in the same minutes. ``--trees A,B`` runs each question in every tree (the
+child's ``PYTHONPATH`` set to ``DIR/src``), one tree after the other, question by question;
+``--rounds N`` repeats the whole, and a summary gives each question's CPU-s per tree (every
+round, the median and the least). Each tree's numba cache must be warm (a first run compiles).
 
 Byte code: the child inherits this shell's environment. Where ``PYTHONDONTWRITEBYTECODE`` is set
 (the build machine sets it), no ``.pyc`` is ever written, so every run compiles rlperf's sources
@@ -22,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,26 +61,44 @@ def run(args: list[str], env: dict[str, str] | None = None) -> tuple[float, floa
     return cpu, wall, json.loads(out)
 
 
+def option(name: str, default: str) -> str:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
 def main() -> None:
     env = None
     if "--bytecode" in sys.argv:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="rlperf-bench-pyc-")
-        run(WARM_UP, env)  # fills the byte-code cache (and numba's, if empty); not measured
+    trees = [t for t in option("--trees", "").split(",") if t]
+    envs: dict[str, dict[str, str] | None] = {"": env} if not trees else {
+        t: {**(env if env is not None else os.environ), "PYTHONPATH": os.path.join(os.path.abspath(t), "src")} for t in trees}
+    if env is not None:
+        for e in envs.values():
+            run(WARM_UP, e)  # fills the byte-code cache (and numba's, if empty); not measured
     cached = env is not None or not os.environ.get("PYTHONDONTWRITEBYTECODE")
     print("byte code: " + ("cached (compiled once)" if cached else "not cached (PYTHONDONTWRITEBYTECODE: compiled every run)"))
-    for label, args in QUESTIONS:
-        if ("--skip-1024" in sys.argv and "128" in args) or ("--only-from" in sys.argv and "--from" not in args):
-            continue
-        if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1] not in label:
-            continue
-        load = os.getloadavg()[0]
-        cpu, wall, doc = run(args, env)
-        best = doc["best"]
-        assert isinstance(best, dict)
-        notes = "; ".join(str(n) for n in doc.get("notes", []))  # type: ignore[union-attr]
-        print(f"{label}: {cpu:.1f} CPU-s ({wall:.1f} s wall, load {load:.1f}); best {best['label']} on "
-              f"{best['num_gpus']} GPUs, {best['step_time_s']:.0f} s/step\n  {notes}")
+    chosen = [(label, args) for label, args in QUESTIONS
+              if not (("--skip-1024" in sys.argv and "128" in args) or ("--only-from" in sys.argv and "--from" not in args))
+              and option("--only", "") in label]
+    measured: dict[tuple[str, str], list[float]] = {}
+    for _ in range(int(option("--rounds", "1"))):
+        for label, args in chosen:
+            for tree, tree_env in envs.items():
+                load = os.getloadavg()[0]
+                cpu, wall, doc = run(args, tree_env)
+                measured.setdefault((label, tree), []).append(cpu)
+                best = doc["best"]
+                assert isinstance(best, dict)
+                notes = "; ".join(str(n) for n in doc.get("notes", []))  # type: ignore[union-attr]
+                where = f" [{tree}]" if tree else ""
+                print(f"{label}{where}: {cpu:.1f} CPU-s ({wall:.1f} s wall, load {load:.1f}); best {best['label']} on "
+                      f"{best['num_gpus']} GPUs, {best['step_time_s']:.0f} s/step\n  {notes}", flush=True)
+    if trees or int(option("--rounds", "1")) > 1:
+        print("\nCPU-s per question and tree: every round; median, least")
+        for (label, tree), got in measured.items():
+            print(f"  {label}{f' [{tree}]' if tree else ''}: {' / '.join(f'{x:.1f}' for x in got)}; "
+                  f"median {statistics.median(got):.1f}, least {min(got):.1f}")
 
 
 if __name__ == "__main__":

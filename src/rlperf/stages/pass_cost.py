@@ -97,7 +97,8 @@ outermost, as Megatron-Core orders its process groups):
   reduce-scatter overlaps the backward the same way when ``overlap_grad_comm`` (its last
   bucket exposed), and is fully exposed otherwise.
 - DeepSpeed's coalesced gathers (``gather_unit="module"``, ZeRO-3 over ``N > 1`` ranks;
-  DeepSpeed ``v0.9.0`` ``partition_parameters.py``, :meth:`LayoutCosts.gather_copy_bytes`): a
+  DeepSpeed ``v0.9.0`` ``partition_parameters.py``, the same at its master of February 2025,
+  ``38327e07f``; :meth:`LayoutCosts.gather_copy_bytes`): a
   module with two or more partitioned parameters (a weight and a bias above
   ``persistence_threshold_params``, or LoRA's ``A`` and ``B`` beside the weight) is gathered
   through one flat buffer: ``all_gather_coalesced`` first ``torch.cat``'s the rank's shards into

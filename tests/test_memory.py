@@ -18,6 +18,7 @@ from rlperf.cost.memory import (
     microbatches_in_flight,
     train_memory,
 )
+from rlperf.cost.memory_engine import non_torch_bytes
 from rlperf.cost.memory_activations import layer_activations
 from rlperf.cost.memory_params import attention_params_on_device, stage_layers, stage_params
 from rlperf.errors import SpecError
@@ -341,16 +342,17 @@ def test_kv_capacity_qwen25_7b_on_80gb() -> None:
     mem = inference_memory(QWEN25_7B, EngineLayout(gpu_memory_utilization=0.9), 80e9)
     weights = 7_615_616_512 * 2  # Qwen2.5-7B parameters, bf16
     # Forward peak per token: residual + normed input (2 x 3584 x 2 B) + gate-up and SiLU-mul
-    # outputs (3 x 18944 x 2 B); sampler: 256 rows x 152064 vocab x (fp32 logits + probs).
-    workspace = 8192 * (2 * 3584 * 2 + 3 * 18944 * 2) + 256 * 152064 * 8
+    # outputs (3 x 18944 x 2 B); sampler: 256 rows x 152064 vocab x (fp32 logits + probs);
+    # non-torch memory: vLLM v0.19.0's single-GPU figure, 0.27 GiB (cost.memory_engine).
+    workspace = 8192 * (2 * 3584 * 2 + 3 * 18944 * 2) + 256 * 152064 * 8 + round(0.27 * 2**30)
     kv_per_token = 2 * 28 * 4 * 128 * 2  # K and V, 28 layers, 4 KV heads of 128, bf16 = 57,344
     assert mem.weights_bytes == weights
-    assert mem.workspace_bytes == workspace == 1_360_003_072
+    assert mem.workspace_bytes == workspace == 1_649_913_364
     assert mem.kv_bytes_per_token == kv_per_token == 57_344
     assert (
         mem.kv_capacity_tokens
         == math.floor((0.9 * 80e9 - weights - workspace) / kv_per_token)
-        == 966_252
+        == 961_196
     )
 
 
@@ -361,9 +363,9 @@ def test_engine_kv_capacity_on_an_h100_is_sized_from_the_reported_total() -> Non
     from rlperf.stages.rollout import kv_capacity_tokens
 
     h100 = load_accelerator("h100_sxm")
-    weights, workspace, kv_per_token = 7_615_616_512 * 2, 1_360_003_072, 57_344  # as above
+    weights, workspace, kv_per_token = 7_615_616_512 * 2, 1_649_913_364, 57_344  # as above
     want = math.floor((0.9 * 85_045_477_376 - weights - workspace) / kv_per_token)
-    assert want == 1_045_439
+    assert want == 1_040_384
     mem = inference_memory(QWEN25_7B, EngineLayout(gpu_memory_utilization=0.9), h100.device_memory_bytes)
     assert mem.budget_bytes == 0.9 * 85_045_477_376
     assert mem.kv_capacity_tokens == want
@@ -373,9 +375,23 @@ def test_engine_kv_capacity_on_an_h100_is_sized_from_the_reported_total() -> Non
 
 def test_reserved_bytes_come_out_of_the_kv_cache() -> None:
     lay = EngineLayout(gpu_memory_utilization=0.9)
-    base = inference_memory(QWEN25_7B, lay, 80e9)
+    base = inference_memory(QWEN25_7B, lay, 80e9, reserved_bytes=0.0)
     reserved = inference_memory(QWEN25_7B, lay, 80e9, reserved_bytes=2e9)
     assert reserved.kv_capacity_bytes == pytest.approx(base.kv_capacity_bytes - 2e9)
+    default = inference_memory(QWEN25_7B, lay, 80e9)  # vLLM v0.19.0's measured non-torch memory
+    assert default.kv_capacity_bytes == base.kv_capacity_bytes - non_torch_bytes(lay)
+
+
+def test_default_non_torch_memory_follows_the_measured_layouts() -> None:
+    gib = 2**30
+    at = {(tp, pp): non_torch_bytes(EngineLayout(tp=tp, pp=pp)) for tp, pp in
+          ((1, 1), (1, 2), (1, 4), (2, 1), (4, 1), (8, 1), (32, 1), (2, 2))}
+    assert at[1, 1] == round(0.27 * gib) and at[1, 2] == at[1, 4] == round(0.07 * gib)
+    assert at[2, 1] == round(2.08 * gib) and at[4, 1] == round(2.17 * gib)
+    assert at[8, 1] == at[32, 1] == at[4, 1]  # beyond the largest measured tp: its figure
+    assert at[2, 2] == at[2, 1]
+    with pytest.raises(SpecError, match="reserved_bytes"):
+        inference_memory(QWEN25_7B, EngineLayout(), 80e9, reserved_bytes=-1.0)
 
 
 def test_kv_heads_are_replicated_when_tp_exceeds_them() -> None:
@@ -401,7 +417,7 @@ def test_engine_that_does_not_fit_is_rejected_with_reason() -> None:
         check_kv_capacity(mem, "rollout")
     ok = inference_memory(QWEN25_7B, EngineLayout(gpu_memory_utilization=0.9), 80e9)
     check_kv_capacity(ok, "rollout", min_tokens=32768)
-    with pytest.raises(SpecError, match="KV cache holds 966,252 tokens < 2,000,000"):
+    with pytest.raises(SpecError, match="KV cache holds 961,196 tokens < 2,000,000"):
         check_kv_capacity(ok, "rollout", min_tokens=2_000_000)
 
 

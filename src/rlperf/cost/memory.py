@@ -45,6 +45,7 @@ from rlperf.cost.memory_activations import (
     forward_workspace_bytes_per_token,
     layer_activations,
 )
+from rlperf.cost.memory_engine import non_torch_bytes
 from rlperf.cost.memory_params import StageParams, kv_heads_per_device, stage_params
 from rlperf.errors import SpecError
 from rlperf.specs.dtypes import bytes_per
@@ -135,7 +136,7 @@ class InferenceMemory:
     leave of the ``gpu_memory_utilization`` budget for the KV cache."""
 
     weights_bytes: float
-    workspace_bytes: float  # activations of one scheduler step + sampler + ``reserved_bytes``
+    workspace_bytes: float  # activations of one scheduler step + sampler + non-torch (``reserved_bytes``)
     budget_bytes: float  # gpu_memory_utilization x the device memory CUDA reports
     kv_bytes_per_token: float  # KV-cache bytes one token costs on this GPU
     pp_stage: int = 0
@@ -425,7 +426,11 @@ def forward_memory(
 
 # ---------------------------------------------------------------------------- rollout engine
 def inference_memory(
-    model: ModelSpec, engine: EngineLayout, device_memory_bytes: float, *, reserved_bytes: float = 0.0
+    model: ModelSpec,
+    engine: EngineLayout,
+    device_memory_bytes: float,
+    *,
+    reserved_bytes: float | None = None,
 ) -> InferenceMemory:
     """Weights, step workspace and KV-cache capacity per GPU of a vLLM/SGLang-style engine.
 
@@ -437,11 +442,12 @@ def inference_memory(
     in closed form: weights in ``engine.dtype`` split by tp and pp (experts: see
     :mod:`rlperf.cost.memory_params`), workspace = ``max_num_batched_tokens`` x the forward peak
     per token (:func:`forward_workspace_bytes_per_token`) plus, on the last stage, fp32 logits
-    and probabilities over the whole vocabulary for ``max_num_seqs`` rows. ``reserved_bytes``
-    adds memory outside that model (CUDA context, NCCL buffers, CUDA graphs): it is
-    engine- and hardware-specific and comes from a measurement, 0 by default (vLLM subtracts
-    its measured non-torch increase; rlperf counts none unless given, so nothing is counted
-    twice).
+    and probabilities over the whole vocabulary for ``max_num_seqs`` rows, plus
+    ``reserved_bytes``: memory outside torch that vLLM also subtracts (its measured non-torch
+    increase: NCCL and all-reduce buffers). ``None`` takes vLLM v0.19.0's measured figure for
+    the engine's tp and pp (:func:`rlperf.cost.memory_engine.non_torch_bytes`, whose docstring
+    gives the source and the releases it describes); pass a measurement of another engine to
+    replace it (0: none).
 
     KV per token per GPU: the stage's layers x ``2 * kv_heads_on_gpu * head_dim`` x bytes of
     ``kv_dtype``, where ``kv_heads_on_gpu = ceil(num_kv_heads / tp)``: with ``tp >
@@ -455,6 +461,8 @@ def inference_memory(
     """
     check_engine_layout(model, engine)
     _positive("device_memory_bytes", device_memory_bytes)
+    if reserved_bytes is None:
+        reserved_bytes = non_torch_bytes(engine)
     if reserved_bytes < 0:
         raise SpecError("reserved_bytes", f"must be >= 0, got {reserved_bytes}")
     budget = engine.gpu_memory_utilization * device_memory_bytes

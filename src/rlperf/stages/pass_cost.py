@@ -417,6 +417,7 @@ class LayoutCosts:
         self._tokens_memo: tuple[MicroBatchShapes | None, np.ndarray] = (None, np.zeros(0))
         self._forwards: BoundedMemo[tuple[int, int], tuple[MicroBatchShapes, PassCost]] = BoundedMemo(4)
         self._dp_comm: dict[tuple[int, str], tuple[float, float]] = {}
+        self._copy_memo: dict[tuple[int, bool], tuple[float, int]] = {}  # gather_copy_bytes per (stage, regathered)
         self._matmul = ceilings(cluster, layout.compute_dtype, "matmul")  # fp8 training: FP8 GEMMs
         self._gemms = {  # per stage: weight, rows per token, count of each distinct GEMM (columns)
             sh.stage: tuple(np.asarray(x, dtype=np.float64)[:, None]
@@ -840,6 +841,13 @@ class LayoutCosts:
         than the threshold) are two or more, ``2 b (1 + 1/N)`` bytes per such element and one
         kernel per tensor plus one; ``regathered``: only the modules gathered again in a
         full-recompute backward. (0, 0) without ZeRO-3's per-module gathers over ``N > 1``."""
+        key = (shard.stage, regathered)
+        hit = self._copy_memo.get(key)
+        if hit is None:
+            hit = self._copy_memo[key] = self._gather_copy(shard, regathered)
+        return hit
+
+    def _gather_copy(self, shard: StageShard, regathered: bool) -> tuple[float, int]:
         lay, mods = self.layout, self._linear_modules
         if lay.zero_stage < 3 or lay.gather_unit != "module" or lay.shard_degree == 1 or not shard.num_layers:
             return 0.0, 0

@@ -26,7 +26,7 @@ from rlperf.specs.parallel import EngineLayout, TrainLayout, check_engine_layout
 from rlperf.specs.plan import ExecutionMode, Placement, Plan
 
 WEIGHTS_SHARE_OF_ENGINE = 0.5  # of the engine's memory share; the rest is KV cache
-STATES_SHARE_OF_HBM = 0.5  # of device memory for the training states; the rest is activations and logits
+STATES_SHARE_OF_MEMORY = 0.5  # of device memory for the training states; the rest is activations and logits
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def _megatron_states_bytes_per_gpu(model: ModelSpec, tp: int, pp: int, gpus: int
 
 
 def _train_layout(model: ModelSpec, d: PlanDefaults, memory_bytes: float, node: int, gpus: int, notes: list[str]) -> TrainLayout:
-    budget = STATES_SHARE_OF_HBM * memory_bytes
+    budget = STATES_SHARE_OF_MEMORY * memory_bytes
     base = TrainLayout(
         zero_stage=d.zero_stage,
         recompute=d.recompute,

@@ -37,6 +37,9 @@ def test_catalog_is_big_enough_and_names_are_unique_ignoring_case() -> None:
         ("DEEPSEEK-R1", "DeepSeek-R1"),
         ("meta-llama/Meta-Llama-3.1-70B-Instruct", "Llama-3.1-70B"),
         ("mistralai/Mixtral-8x7B-Instruct-v0.1", "Mixtral-8x7B-v0.1"),
+        ("Qwen/Qwen3-30B-A3B-Instruct-2507", "Qwen3-30B-A3B"),
+        ("Qwen/Qwen3-235B-A22B-Thinking-2507", "Qwen3-235B-A22B"),
+        ("google/gemma-2-2b-it", "gemma-2-2b"),
     ],
 )
 def test_names_resolve_through_case_org_prefix_aliases_and_variants(asked: str, entry: str) -> None:

@@ -81,6 +81,9 @@ def test_rope_scaling_that_does_not_extend_is_not_an_extension() -> None:
 def test_an_alias_keeps_its_own_context() -> None:
     assert load_model("Qwen3-4B").max_position_embeddings == 40960
     assert load_model("Qwen/Qwen3-4B-Thinking-2507").max_position_embeddings == 262144
+    assert load_model("Qwen3-30B-A3B").max_position_embeddings == 40960
+    assert load_model("Qwen/Qwen3-30B-A3B-Instruct-2507").max_position_embeddings == 262144
+    assert load_model("Qwen/Qwen3-235B-A22B-Thinking-2507").max_position_embeddings == 262144
     # Qwen2.5-7B-Instruct's config.json: 32,768 positions, no rope_scaling (the base: 131,072)
     assert load_model("Qwen2.5-7B").max_position_embeddings == 131072
     assert load_model("Qwen/Qwen2.5-7B-Instruct").max_position_embeddings == 32768

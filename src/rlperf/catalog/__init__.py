@@ -35,25 +35,35 @@ ALIASES: dict[str, str] = {
     "deepseek-llm-7b-chat": "deepseek-llm-7b-base",
     "Qwen3-4B-Thinking-2507": "Qwen3-4B",
     "Qwen3-4B-Instruct-2507": "Qwen3-4B",
+    "Qwen3-30B-A3B-Thinking-2507": "Qwen3-30B-A3B",
+    "Qwen3-30B-A3B-Instruct-2507": "Qwen3-30B-A3B",
+    "Qwen3-235B-A22B-Thinking-2507": "Qwen3-235B-A22B",
+    "Qwen3-235B-A22B-Instruct-2507": "Qwen3-235B-A22B",
     "FsfairX-LLaMA3-RM-v0.1": "Llama-3-8B",
 }
 # Aliases whose config.json declares another context than their entry's (same shapes): the
 # Qwen3 2507 releases position 262,144 tokens natively (their model cards: "Context Length:
-# 262,144 natively"; config.json max_position_embeddings 262144), Qwen3-4B 40,960. The Qwen2.5
+# 262,144 natively"; config.json max_position_embeddings 262144), their base entries 40,960. The Qwen2.5
 # Instruct releases of 1.5B and up ship max_position_embeddings 32768 with rope_scaling null
 # (their model cards: "The current config.json is set for context length up to 32,768 tokens",
 # YaRN to be added by hand beyond it), where the base checkpoints of those sizes declare 131,072.
 ALIAS_POSITIONS: dict[str, int] = {
     "qwen3-4b-thinking-2507": 262_144,
     "qwen3-4b-instruct-2507": 262_144,
+    "qwen3-30b-a3b-thinking-2507": 262_144,
+    "qwen3-30b-a3b-instruct-2507": 262_144,
+    "qwen3-235b-a22b-thinking-2507": 262_144,
+    "qwen3-235b-a22b-instruct-2507": 262_144,
     "qwen2.5-1.5b-instruct": 32_768,
     "qwen2.5-7b-instruct": 32_768,
     "qwen2.5-14b-instruct": 32_768,
     "qwen2.5-32b-instruct": 32_768,
     "qwen2.5-72b-instruct": 32_768,
 }
-# Instruction-tuned and base releases share shapes with the entry they are named after.
-_VARIANT_SUFFIXES = ("-instruct", "-base")
+# Instruction-tuned, chat and base releases share shapes with the entry they are named after
+# (Gemma names its instruction-tuned releases ``-it``, e.g. google/gemma-2-2b-it, which verl's
+# examples train).
+_VARIANT_SUFFIXES = ("-instruct", "-base", "-chat", "-it")
 
 
 def list_models() -> list[str]:

@@ -75,6 +75,12 @@ def test_host_overhead_is_layers_times_passes_times_the_per_layer_cost() -> None
     units = MODEL.num_layers + 2  # one stage: the layers, the embedding and the LM head + loss
     assert fwd.host_s == pytest.approx(units * h)
     assert bwd.host_s == pytest.approx(2 * units * h)  # backward + the recomputed forward
+    # a dense model has no host-device synchronization: the smooth maximum of host and device
+    # time alone, bit for bit
+    assert shard.host_syncs == 0
+    assert np.all(fwd.host_serial_s == 0) and np.all(bwd.host_serial_s == 0)
+    for p in (fwd, bwd):
+        assert np.array_equal(p.host_exposed_s, np.maximum(0.0, (p.host_s**3 + p.device_s**3) ** (1 / 3) - p.device_s))
     # two stages: the embedding on the first, the head on the last
     two = LayoutCosts(MODEL, cl, lay.model_copy(update={"pp": 2}))
     assert [two.forward(sh, mb).host_s for sh in two.shards] == pytest.approx(
@@ -110,6 +116,53 @@ def test_smooth_overlap_closed_form() -> None:
         fwd = costs.forward(costs.shards[0], mb)
         assert fwd.host_s == pytest.approx(device)
         assert float(fwd.time_s[0]) == pytest.approx(factor * device, rel=1e-9)
+
+
+MOE = load_model("Qwen3-30B-A3B")  # 48 layers, all MoE
+
+
+@pytest.mark.parametrize("k", [None, 3.0])
+def test_the_op_after_each_moe_dispatch_sync_adds_to_the_device_time(k) -> None:  # type: ignore[no-untyped-def]
+    # Megatron-Core's dispatcher waits for the tokens-per-expert counts once per MoE layer and
+    # forward: the host time of one op per synchronization leaves the overlap
+    h = 1e-3
+    cl = _with(A100, megatron_layer_overhead_s=h, host_overlap_exponent=k)
+    lay = TrainLayout(dp=8, ep=8, pp=4, micro_batch_size=1, zero_stage=1, backend="megatron", recompute="full")
+    costs = LayoutCosts(MOE, cl.with_gpus(32), lay)
+    mb = MicroBatchShapes.of(microbatches_for(np.array([256, 512, 4096]), lay))
+    for shard in costs.shards:
+        assert shard.host_syncs == shard.num_moe_layers == shard.num_layers == 12
+        per_op = h * shard.num_layers / costs._kernels(shard)  # the layer's overhead over its kernels
+        fwd = costs.forward(shard, mb)
+        serial = 12 * per_op
+        assert fwd.host_serial_s == pytest.approx(np.full(3, serial), rel=1e-12)
+        host, dev = fwd.host_s, fwd.device_s
+        free = host - serial
+        blend = np.maximum(free, dev) if k is None else (free**k + dev**k) ** (1 / k)
+        assert fwd.time_s == pytest.approx(blend + serial + fwd.pp_s, rel=1e-12)  # additive at the syncs
+        # the replayed forward synchronizes again; the backward's own ops do not
+        bwd = costs.backward(shard, mb, fwd)
+        assert bwd.host_serial_s == pytest.approx(fwd.host_serial_s, rel=1e-12)
+        none = LayoutCosts(MOE, cl.with_gpus(32), lay.model_copy(update={"recompute": "none"}))
+        assert np.all(none.backward(shard, mb, none.forward(shard, mb)).host_serial_s == 0)
+
+
+def test_the_sync_costs_one_op_device_bound_and_nothing_host_bound() -> None:
+    lay = TrainLayout(dp=8, ep=8, micro_batch_size=1, zero_stage=1, backend="megatron", recompute="none")
+    mb = MicroBatchShapes.single(np.array([8192]))
+
+    def forward(h: float):  # type: ignore[no-untyped-def]
+        costs = LayoutCosts(MOE, _with(A100, megatron_layer_overhead_s=h, host_overlap_exponent=3.0), lay)
+        return costs.forward(costs.shards[0], mb)
+
+    # device-bound: the host hides under the device except the op after each synchronization
+    fast = forward(1e-7)
+    assert float(fast.host_serial_s[0]) > 0
+    assert float(fast.host_exposed_s[0]) == pytest.approx(float(fast.host_serial_s[0]), rel=1e-6)
+    # host-bound: the device waits for the host anyway, the pass takes the host time
+    slow = forward(1.0)
+    assert float(slow.time_s[0]) == pytest.approx(float(slow.host_s[0] + slow.pp_s[0]), rel=1e-4)
+    assert float(slow.host_exposed_s[0]) == pytest.approx(float(slow.host_s[0] - slow.device_s[0]), rel=1e-4)
 
 
 def test_collectives_latency_at_one_byte_bandwidth_at_large_sizes() -> None:

@@ -47,7 +47,20 @@ Forward (per device of stage ``s``, ``t = tokens / cp`` tokens of the micro-batc
   tp/cp/ep communication``, or, with the profile's ``host_overlap_exponent`` ``k``, the smooth
   maximum ``(host^k + device^k)^(1/k)`` (the host runs ahead only between synchronizations, so
   near ``host = device`` each waits on the other part of the time), and then its pipeline send,
-  which synchronizes the two (Megatron's p2p waits for the device).
+  which synchronizes the two (Megatron's p2p waits for the device);
+- the host-device synchronizations inside the pass (:attr:`StageShard.host_syncs`: one per MoE
+  layer and forward, where Megatron-Core's token dispatcher waits for the tokens-per-expert
+  counts, :mod:`rlperf.stages.shard`): at a synchronization the host has caught up with the
+  device, so the op it issues next reaches an idle device, and the host time of that op adds
+  to the device time instead of hiding under it. With ``s`` synchronizations and the host's time
+  per op ``h_op`` (the backend's per-layer figure spread evenly over the stage's kernels, as for
+  the softmax fallback's ops), ``serial = s x h_op`` of the pass's host time is taken out of the
+  overlap: ``(max or smooth max)(host - serial, device) + serial``. Device-bound, the pass takes
+  ``device + serial``; host-bound, still ``host`` (each op waits for the host anyway); no MoE
+  layer, no change. A backward has no synchronization of its own (it reuses the counts the
+  forward left on the host); with full recompute its replayed forward has the forward's. Not
+  counted: the device time the host waits on at the synchronization (the count copy's PCIe
+  round trip: no figure).
 
 Backward (host time: twice the forward's with full recompute, the forward's without) is twice
 the forward (gradients w.r.t. inputs and weights, the ``3x`` of
@@ -269,6 +282,7 @@ class PassCost:
     body_s: np.ndarray  # roofline time of the kernels, no launch cost (what work counts)
     launch_s: np.ndarray  # kernel launches
     host_s: np.ndarray  # the backend's host time for the pass (layers x HardwareProfile.train_layer_overhead_s)
+    host_serial_s: np.ndarray  # the part of host_s issued right after a host-device synchronization (not overlapped)
     host_overlap: float | None  # HardwareProfile.host_overlap_exponent (None: max(host, device))
     attention_s: np.ndarray  # the attention part of body_s
     tp_s: np.ndarray
@@ -296,15 +310,19 @@ class PassCost:
         """Host time the device waits for: the host issues the pass while the device runs it
         (the collectives are asynchronous to it), so only what it needs beyond that shows:
         ``max(host, device) - device``, or with the profile's overlap exponent ``k`` the smooth
-        maximum ``(host^k + device^k)^(1/k) - device``."""
+        maximum ``(host^k + device^k)^(1/k) - device``; the host time issued right after a
+        synchronization (``host_serial_s``) is not overlapped: ``max(host - serial, device) +
+        serial - device`` (smooth: ``((host - serial)^k + device^k)^(1/k) + serial - device``)."""
         device = self.device_s
         if not np.any(self.host_s > 0):
             return np.zeros(device.shape)
+        serial = self.host_serial_s
+        free = self.host_s - serial  # the host time that can run ahead of the device
         if self.host_overlap is None:
-            exposed: np.ndarray = np.maximum(0.0, self.host_s - device)
+            exposed: np.ndarray = np.maximum(0.0, free - device) + serial
             return exposed
         k = self.host_overlap
-        blended: np.ndarray = np.maximum(0.0, (self.host_s**k + device**k) ** (1.0 / k) - device)
+        blended: np.ndarray = np.maximum(0.0, (free**k + device**k) ** (1.0 / k) + serial - device)
         return blended
 
     @cached_property
@@ -482,7 +500,7 @@ class LayoutCosts:
         return PassCost(
             flops=lin.flops + attn.flops + elem.flops,
             hbm_bytes=lin.bytes + attn.bytes + elem.bytes + copy_bytes,
-            body_s=body, launch_s=launch, host_s=host,
+            body_s=body, launch_s=launch, host_s=host, host_serial_s=np.full(t.shape, self._sync_host_s(shard)),
             host_overlap=cl.profile.host_overlap_exponent,
             attention_s=attn.time_s, **comm,
         )
@@ -508,9 +526,11 @@ class LayoutCosts:
         launch, host = self._dispatch(shard, mb)
         launch = 2 * launch + copy_kernels * cl.profile.kernel_launch_s
         attention_s = attn.time_s
+        serial = np.zeros(t.shape)  # the backward's own ops wait on nothing (shard.host_syncs)
         if lay.recompute == "full":
             flops, hbm, body, launch = flops + fwd.flops, hbm + fwd.hbm_bytes, body + fwd.body_s, launch + fwd.launch_s
             host += fwd.host_s
+            serial = fwd.host_serial_s  # the replayed forward synchronizes as the forward did
             attention_s = attention_s + fwd.attention_s
         elif lay.recompute == "selective":
             attn_f = self._attention(shard, mb, backward=False)
@@ -522,7 +542,7 @@ class LayoutCosts:
             ring_passes=2 + (1 if lay.recompute != "none" else 0), a2a_passes=1 + replay,
         ) if comm_too else _no_comm(t)
         return PassCost(
-            flops=flops, hbm_bytes=hbm, body_s=body, launch_s=launch, host_s=host,
+            flops=flops, hbm_bytes=hbm, body_s=body, launch_s=launch, host_s=host, host_serial_s=serial,
             host_overlap=cl.profile.host_overlap_exponent, attention_s=attention_s, **comm
         )
 
@@ -548,6 +568,18 @@ class LayoutCosts:
         fused = fused_softmax_available(self.layout.backend, mb.sequences, heads, mb.longest)
         return np.where(fused, 0.0, 1.0)
 
+    def _host_per_kernel_s(self, shard: StageShard) -> float:
+        """The host's time per op in ``shard``'s stage: the backend's per-layer overhead spread
+        evenly over the layers' kernels (0 without layers or a figure)."""
+        kernels = self._kernels(shard)
+        return self._host_per_layer_s * shard.num_layers / kernels if kernels else 0.0
+
+    def _sync_host_s(self, shard: StageShard) -> float:
+        """Host time of one forward through ``shard``'s stage that cannot overlap the device:
+        the op issued after each of its host-device synchronizations (module docstring),
+        ``host_syncs x`` :meth:`_host_per_kernel_s`."""
+        return shard.host_syncs * self._host_per_kernel_s(shard)
+
     def _dispatch(self, shard: StageShard, mb: MicroBatchShapes) -> tuple[np.ndarray, np.ndarray]:
         """(launch, host) time of one forward of each of ``mb`` through ``shard``'s stage: its
         kernels at ``kernel_launch_s``; the backend's host time per layer-equivalent, plus, where
@@ -556,9 +588,8 @@ class LayoutCosts:
         prof, n = self.cluster.profile, shard.num_layers
         kernels = self._kernels(shard)
         extra = FALLBACK_EXTRA_KERNELS * n * self._fallback(mb)
-        per_kernel_host = self._host_per_layer_s * n / kernels if kernels else 0.0
         launch: np.ndarray = (kernels + extra) * prof.kernel_launch_s
-        host: np.ndarray = self._host_units(shard) * self._host_per_layer_s + extra * per_kernel_host
+        host: np.ndarray = self._host_units(shard) * self._host_per_layer_s + extra * self._host_per_kernel_s(shard)
         return launch, host
 
     def _linear(self, shard: StageShard, mb: MicroBatchShapes, passes: int, num_bytes: np.ndarray) -> Roof:

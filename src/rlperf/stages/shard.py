@@ -29,6 +29,22 @@ the per-token work of a forward pass on one device of each stage:
   (Megatron-Core GroupedMLP) over the ``ep x tokens x k`` routed copies of the ep group that land
   on them, ``ep k / E`` rows per token for ``E / ep`` experts' weights (balanced routing).
   Summed, count x rows x weight is ``matmul_params_per_token``.
+- **host-device synchronizations** of a forward through the stage: one per MoE layer
+  (``DISPATCH_SYNCS_PER_MOE_LAYER``). Megatron-Core's token dispatchers need the number of
+  tokens each expert receives on the host (split sizes of the all-to-all, sizes of the
+  grouped GEMM) and wait for the device to produce it, in every forward of a dropless MoE
+  layer: ``MoEAlltoAllTokenDispatcher`` copies the counts to the CPU on a side stream and
+  waits on its event (``self.d2h_event.synchronize()`` at ``cuda_sync_point``:
+  ``before_ep_alltoall`` with ep or tp > 1, ``before_finish`` without),
+  ``MoEAllGatherTokenDispatcher`` calls ``.cpu()`` on them, and the flex dispatcher's DeepEP
+  dispatch spins on the host until the notify kernel has written the receive counts ("the CPU
+  will wait for GPU's signal to arrive"; DeepEP ``Buffer::intranode_dispatch`` /
+  ``internode_dispatch``, ``while (true)`` on ``moe_recv_counter``). The backward reuses the
+  counts the forward left on the host (``_AllToAll.backward`` swaps the saved splits; DeepEP's
+  backward passes run in cached mode, without the wait), so only forwards synchronize, a
+  recomputed forward included (Megatron-Core ``core_v0.13.0``
+  ``megatron/core/transformer/moe/token_dispatcher.py``, ``fused_a2a.py``; DeepEP ``b7fef49``
+  ``csrc/deep_ep.cpp``).
 """
 
 from __future__ import annotations
@@ -51,6 +67,10 @@ def head_of(role: str) -> Head:
     return "value" if role in ("critic", "reward_model") else "logprobs"
 
 ROUTING_KERNELS = 3  # top-k, permute, unpermute
+# Host waits on the device per MoE layer and forward: the dispatcher's tokens-per-expert counts
+# (module docstring; dropless routing: with capacity padding Megatron's alltoall dispatcher knows
+# the sizes in advance and does not wait)
+DISPATCH_SYNCS_PER_MOE_LAYER = 1
 
 
 @dataclass(frozen=True)
@@ -78,6 +98,12 @@ class StageShard:
     @property
     def params(self) -> float:
         return self.dense_params + self.expert_params
+
+    @property
+    def host_syncs(self) -> int:
+        """Host-device synchronizations in one forward through the stage (module docstring):
+        ``DISPATCH_SYNCS_PER_MOE_LAYER`` per MoE layer, none in a dense layer."""
+        return DISPATCH_SYNCS_PER_MOE_LAYER * self.num_moe_layers
 
 
 def _attention(model: ModelSpec, tp: int) -> tuple[float, float, float, float]:

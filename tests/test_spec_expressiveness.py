@@ -4,6 +4,8 @@ GB200 NVL72 rack as one 72-GPU NVLink domain."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,7 @@ from rlperf.specs.hardware_catalog import make_cluster
 from rlperf.specs.lengths import FixedLength, LogNormalLength
 from rlperf.specs.parallel import TrainLayout, check_train_layout
 from rlperf.specs.workload import Workload, workload_from_dict
+from rlperf.stages.elementwise import FUSED
 from rlperf.stages.forward import forward_pass
 from rlperf.stages.shard import stage_shards
 from rlperf.stages.train import train_step
@@ -60,7 +63,15 @@ def test_experts_folded_over_tensor_ranks_hold_the_same_expert_share() -> None:
     flops_a = sum(w * r * c for w, r, c in zip(a[0].gemm_weights, a[0].gemm_rows_per_token, a[0].gemm_counts, strict=True))
     flops_b = sum(w * r * c for w, r, c in zip(b[0].gemm_weights, b[0].gemm_rows_per_token, b[0].gemm_counts, strict=True))
     assert flops_a == pytest.approx(flops_b)
-    assert sorted(a[0].gemm_weights) == sorted(b[0].gemm_weights)  # E/ep experts x I/etp: same grouped GEMM
+    # as one grouped GEMM: E/ep experts x I/etp, the same GEMM
+    grouped = replace(FUSED, expert_gemm_streams=None)
+    ga, gb = stage_shards(MOE, 4, 1, 2, ops=grouped), stage_shards(MOE, 4, 1, 8, etp=1, ops=grouped)
+    assert sorted(ga[0].gemm_weights) == sorted(gb[0].gemm_weights)
+    # one GEMM per local expert (Megatron's TE GroupedLinear, 4 at once): 64 experts of I/4 in 16
+    # waves of 4, or 16 whole experts in 4 waves of 4: each wave 4x wider when folded
+    assert MOE.moe is not None
+    d, i = MOE.hidden_size, MOE.moe.expert_intermediate_size
+    assert 4 * d * i / 4 in a[0].gemm_weights and 4 * d * i in b[0].gemm_weights
 
 
 def test_ep_beyond_dp_times_cp_needs_etp_below_tp() -> None:

@@ -3,11 +3,14 @@ overhead per layer and pass, and NCCL's two protocols in the collectives."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from rlperf.catalog import load_model
 from rlperf.cost.collectives import all_gather, all_reduce, group_for
+from rlperf.cost.roofline import matmul_size_factor
 from rlperf.specs.hardware_catalog import make_cluster
 from rlperf.specs.parallel import TrainLayout
 from rlperf.stages.microbatch import microbatches_for
@@ -19,6 +22,8 @@ from rlperf.stages.pass_cost import (
     LayoutCosts,
     MicroBatchShapes,
 )
+from rlperf.stages.elementwise import FUSED
+from rlperf.stages.shard import stage_shards
 from rlperf.stages.softmax import fused_softmax_available
 from rlperf.stages.train import train_step
 from rlperf.validate_train import gpt3_model
@@ -163,6 +168,48 @@ def test_the_sync_costs_one_op_device_bound_and_nothing_host_bound() -> None:
     slow = forward(1.0)
     assert float(slow.time_s[0]) == pytest.approx(float(slow.host_s[0] + slow.pp_s[0]), rel=1e-4)
     assert float(slow.host_exposed_s[0]) == pytest.approx(float(slow.host_s[0] - slow.device_s[0]), rel=1e-4)
+
+
+def _gemm_work_at_rate(shard, tokens: float) -> float:  # type: ignore[no-untyped-def]
+    """sum over the shard's GEMMs of count x work / size factor (large-GEMM FLOPs)."""
+    w, r, c = (np.asarray(x, dtype=np.float64) for x in (shard.gemm_weights, shard.gemm_rows_per_token, shard.gemm_counts))
+    work = 2 * w * r * tokens
+    return float((c * work / matmul_size_factor(A100.profile, work)).sum())
+
+
+@pytest.mark.parametrize(("ep", "local", "waves"), [(8, 16, 4), (32, 4, 1), (64, 2, 1)])
+def test_te_grouped_linear_runs_one_gemm_per_local_expert_four_streams_at_once(ep, local, waves) -> None:  # type: ignore[no-untyped-def]
+    moe = MOE.moe
+    assert moe is not None and moe.num_experts == 128
+    d, f, mats, rows = MOE.hidden_size, moe.expert_intermediate_size, MOE.mlp.num_matrices, ep * moe.experts_per_token / 128
+    te = stage_shards(MOE, 1, 1, ep, ops=FUSED)[0]  # Megatron: TEGroupedMLP -> GroupedLinear
+    grouped = stage_shards(MOE, 1, 1, ep, ops=replace(FUSED, expert_gemm_streams=None))[0]
+    alone = stage_shards(MOE, 1, 1, ep, ops=replace(FUSED, expert_gemm_streams=1))[0]
+    routed = {(w, c) for w, r, c in zip(te.gemm_weights, te.gemm_rows_per_token, te.gemm_counts) if r == rows}
+    n = MOE.num_layers  # one stage: every layer's GEMMs (all MoE)
+    assert routed == {(local / waves * d * f, n * mats * waves)}  # ceil(L / 4) waves of L / waves experts
+    assert {(w, c) for w, r, c in zip(grouped.gemm_weights, grouped.gemm_rows_per_token, grouped.gemm_counts)
+            if r == rows} == {(local * d * f, n * mats)}
+    # one launch per expert GEMM: L - 1 per projection beyond the kernel counted for it
+    assert te.expert_gemm_launches == alone.expert_gemm_launches == n * mats * (local - 1)
+    assert grouped.expert_gemm_launches == 0 and te.kernels == grouped.kernels
+    # the same FLOPs, at the rate of smaller GEMMs: between one grouped GEMM and every expert alone
+    def flops(sh):  # type: ignore[no-untyped-def]
+        return sum(w * r * c for w, r, c in zip(sh.gemm_weights, sh.gemm_rows_per_token, sh.gemm_counts))
+    assert flops(te) == pytest.approx(flops(grouped), rel=1e-12) == pytest.approx(te.matmul_params_per_token)
+    for tokens in (512.0, 8192.0):
+        g, t, a = (_gemm_work_at_rate(sh, tokens) for sh in (grouped, te, alone))
+        assert g < a and g <= t <= a
+        assert (t == pytest.approx(g, rel=1e-12)) is (waves == 1 and local <= 4)
+    # the Megatron layout's passes use these GEMMs and launches
+    lay = TrainLayout(dp=ep, ep=ep, micro_batch_size=1, zero_stage=1, backend="megatron", recompute="none")
+    costs = LayoutCosts(MOE, A100.with_gpus(ep), lay)
+    mb = MicroBatchShapes.single(np.array([2048]))
+    shard = costs.shards[0]
+    assert shard == te
+    assert float(costs._gemm_flops_at_rate(shard, mb)[0]) == pytest.approx(_gemm_work_at_rate(te, 2048.0), rel=1e-12)
+    fwd = costs.forward(shard, mb)
+    assert float(fwd.launch_s[0]) == pytest.approx((costs._kernels(shard) + te.expert_gemm_launches) * A100.profile.kernel_launch_s)
 
 
 def test_collectives_latency_at_one_byte_bandwidth_at_large_sizes() -> None:

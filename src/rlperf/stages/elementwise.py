@@ -30,6 +30,14 @@ Two kernel sets:
 
 The backward (autograd of the same ops, or the fused kernels' backward) is taken as twice the
 forward's traffic for both sets (:mod:`rlperf.stages.pass_cost`).
+
+Each set also says how the backend runs an MoE layer's local experts (``expert_gemm_streams``,
+:mod:`rlperf.stages.shard`): Megatron-Core's ``TEGroupedMLP`` (``moe_grouped_gemm``, the
+Transformer Engine layer spec) calls Transformer Engine's ``GroupedLinear``, which launches one
+cuBLAS GEMM per local expert, round-robin on 4 compute streams (TE ``v2.5``
+``nvte_multi_stream_cublas_gemm`` in ``common/gemm/cublaslt_gemm.cu``, ``num_compute_streams =
+4`` in ``common/util/multi_stream.cpp``); ``EAGER``: not counted per expert (one grouped GEMM
+per projection, as before).
 """
 
 from __future__ import annotations
@@ -54,6 +62,9 @@ class ElementwiseKernels:
     gated_kernels: int
     plain_bytes: float  # per MLP-width feature
     qk_norm_bytes: float  # per q and k feature
+    # local experts' GEMMs of one projection run at once (one GEMM each, this many streams);
+    # None: one grouped GEMM over the local experts
+    expert_gemm_streams: int | None = None
 
     def norm_bytes(self, model: ModelSpec) -> float:
         """Bytes per normalized feature of the model's norm."""
@@ -73,6 +84,7 @@ class ElementwiseKernels:
 FUSED = ElementwiseKernels(
     rmsnorm_bytes=4.0, rmsnorm_kernels=1, layernorm_bytes=4.0, residual_bytes=6.0, rotary_bytes=4.0,
     rotary_kernels=1, gated_bytes=6.0, gated_kernels=1, plain_bytes=4.0, qk_norm_bytes=4.0,
+    expert_gemm_streams=4,
 )
 EAGER = ElementwiseKernels(
     rmsnorm_bytes=36.0, rmsnorm_kernels=8, layernorm_bytes=4.0, residual_bytes=6.0, rotary_bytes=20.0,

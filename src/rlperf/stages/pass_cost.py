@@ -39,7 +39,8 @@ Forward (per device of stage ``s``, ``t = tokens / cp`` tokens of the micro-batc
   :mod:`rlperf.stages.elementwise`: Megatron's fused kernels, Hugging Face's eager ops under
   FSDP) and, on the last stage, the log-softmax over the logits (cast
   to fp32 once, as :mod:`rlperf.cost.memory` keeps them, then read twice: max, log-sum-exp);
-- one kernel launch per kernel of the stage (roofline's additive launch term);
+- one kernel launch per kernel of the stage (roofline's additive launch term), a routed
+  expert's GEMMs one per local expert (:attr:`StageShard.expert_gemm_launches`);
 - the training backend's host time (``HardwareProfile.train_layer_overhead_s``, per layer
   and pass; the embedding and the LM head with its loss count as one layer each on their
   stages): ``host = (layers + [first stage] + [last stage]) x overhead``. The host issues the
@@ -570,7 +571,8 @@ class LayoutCosts:
 
     def _host_per_kernel_s(self, shard: StageShard) -> float:
         """The host's time per op in ``shard``'s stage: the backend's per-layer overhead spread
-        evenly over the layers' kernels (0 without layers or a figure)."""
+        evenly over the layers' kernels (0 without layers or a figure); a grouped GEMM is one op
+        (Transformer Engine launches its per-expert GEMMs from one C++ call)."""
         kernels = self._kernels(shard)
         return self._host_per_layer_s * shard.num_layers / kernels if kernels else 0.0
 
@@ -582,13 +584,14 @@ class LayoutCosts:
 
     def _dispatch(self, shard: StageShard, mb: MicroBatchShapes) -> tuple[np.ndarray, np.ndarray]:
         """(launch, host) time of one forward of each of ``mb`` through ``shard``'s stage: its
-        kernels at ``kernel_launch_s``; the backend's host time per layer-equivalent, plus, where
+        kernels, and the routed experts' GEMMs one per local expert, at ``kernel_launch_s``; the
+        backend's host time per layer-equivalent, plus, where
         the softmax falls back, its extra ops at the host's time per kernel of a layer (the
         layer's overhead spread evenly over its kernels)."""
         prof, n = self.cluster.profile, shard.num_layers
         kernels = self._kernels(shard)
         extra = FALLBACK_EXTRA_KERNELS * n * self._fallback(mb)
-        launch: np.ndarray = (kernels + extra) * prof.kernel_launch_s
+        launch: np.ndarray = (kernels + extra + shard.expert_gemm_launches) * prof.kernel_launch_s
         host: np.ndarray = self._host_units(shard) * self._host_per_layer_s + extra * self._host_per_kernel_s(shard)
         return launch, host
 

@@ -25,9 +25,17 @@ the per-token work of a forward pass on one device of each stage:
 - **GEMM shapes**, for the GEMM rate's size dependence (:func:`rlperf.cost.roofline.
   matmul_size_factor`): each weight matmul as (weight elements ``k x n`` on this device, rows per
   token of the micro-batch, count per forward). Rows are the micro-batch's tokens on the device,
-  except for routed experts: the local experts of one projection run as one grouped GEMM
-  (Megatron-Core GroupedMLP) over the ``ep x tokens x k`` routed copies of the ep group that land
-  on them, ``ep k / E`` rows per token for ``E / ep`` experts' weights (balanced routing).
+  except for routed experts: the ``ep x tokens x k`` routed copies of the ep group land on the
+  ``L = E / ep`` local experts, ``ep k / E`` rows per token for each expert's weights (balanced
+  routing). Megatron-Core's ``TEGroupedMLP`` runs them through Transformer Engine's
+  ``GroupedLinear``: one cuBLAS GEMM per local expert and projection, issued round-robin on
+  ``s = 4`` compute streams (``ElementwiseKernels.expert_gemm_streams``,
+  :mod:`rlperf.stages.elementwise`). Those on different streams run at once, so the ``L``
+  GEMMs are costed as ``ceil(L / s)`` waves, each one GEMM of ``L / ceil(L / s)`` experts'
+  weights (an assumption: concurrent GEMMs that each leave the device part idle fill it as one
+  GEMM of their summed work would; no measurement of TE's concurrency); the ``L - 1`` launches
+  per projection beyond the one counted in **kernels** are ``expert_gemm_launches``. A kernel
+  set without ``expert_gemm_streams`` runs one grouped GEMM over the local experts' weights.
   Summed, count x rows x weight is ``matmul_params_per_token``.
 - **host-device synchronizations** of a forward through the stage: one per MoE layer
   (``DISPATCH_SYNCS_PER_MOE_LAYER``). Megatron-Core's token dispatchers need the number of
@@ -94,6 +102,8 @@ class StageShard:
     gemm_weights: tuple[float, ...] = ()
     gemm_rows_per_token: tuple[float, ...] = ()
     gemm_counts: tuple[int, ...] = ()
+    # GEMM kernels the routed experts' grouped GEMMs launch beyond one per projection (one forward)
+    expert_gemm_launches: int = 0
 
     @property
     def params(self) -> float:
@@ -163,24 +173,34 @@ def _attention_gemms(model: ModelSpec, tp: int, gemms: Gemms) -> None:
     _add(gemms, h * v * d)
 
 
-def _mlp_gemms(model: ModelSpec, layer: int, tp: int, ep: int, gemms: Gemms, etp: int | None = None) -> None:
-    """One layer's MLP matmuls on one tp rank (the weights of :func:`_mlp`). Routed experts are
-    split ``etp`` ways (default ``tp``); with ``etp < tp`` each rank holds ``tp / etp`` times
-    wider expert shards for ``etp / tp`` of the routed rows (same FLOPs)."""
+def _mlp_gemms(model: ModelSpec, layer: int, tp: int, ep: int, gemms: Gemms, etp: int | None = None,
+               streams: int | None = None) -> int:
+    """One layer's MLP matmuls on one tp rank (the weights of :func:`_mlp`); returns the GEMM
+    launches of the routed experts beyond one per projection. Routed experts are split ``etp``
+    ways (default ``tp``); with ``etp < tp`` each rank holds ``tp / etp`` times wider expert
+    shards for ``etp / tp`` of the routed rows (same FLOPs). ``streams``: the local experts'
+    GEMMs run one per expert, this many at once (module docstring); None: one grouped GEMM."""
     etp = tp if etp is None else etp
     d = model.hidden_size
     moe = model.moe
     if moe is None or not model.is_moe_layer(layer):
         _add(gemms, d * model.intermediate_size / tp, count=model.mlp.num_matrices)
-        return
+        return 0
     _add(gemms, d * moe.num_experts)  # router
     if moe.shared_expert_gate:
         _add(gemms, d)
-    local = moe.num_experts / ep  # one grouped GEMM per projection over the local experts
     rows = ep * moe.experts_per_token / moe.num_experts * etp / tp
     mats = model.mlp.num_matrices
-    _add(gemms, local * d * moe.expert_intermediate_size / etp, rows, count=mats)
+    launches = 0
+    if streams is None:  # one grouped GEMM per projection over the local experts
+        _add(gemms, moe.num_experts / ep * d * moe.expert_intermediate_size / etp, rows, count=mats)
+    else:  # one GEMM per local expert, ``streams`` at once: ceil(L / streams) waves
+        local = moe.num_experts // ep
+        waves = -(-local // streams)
+        _add(gemms, local / waves * d * moe.expert_intermediate_size / etp, rows, count=mats * waves)
+        launches = mats * (local - 1)
     _add(gemms, d * moe.shared_intermediate_size / tp, count=mats)
+    return launches
 
 
 def _elementwise(model: ModelSpec, layer: int, tp: int, sequence_parallel: bool, ops: ElementwiseKernels) -> float:
@@ -243,11 +263,11 @@ def stage_shards(
     shards = []
     for st in stage_params(model, tp, pp, ep * etp):
         params = io = elementwise = 0.0
-        kernels = 0
+        kernels = expert_launches = 0
         gemms: Gemms = {}
         for layer in st.layers:
             _attention_gemms(model, tp, gemms)
-            _mlp_gemms(model, layer, tp, ep, gemms, etp)
+            expert_launches += _mlp_gemms(model, layer, tp, ep, gemms, etp, ops.expert_gemm_streams)
             mlp_params, mlp_io, mlp_kernels = _mlp(model, layer, tp)
             params += attn_params + mlp_params
             io += attn_proj + mlp_io
@@ -291,6 +311,7 @@ def stage_shards(
                 gemm_weights=tuple(w for w, _ in gemms),
                 gemm_rows_per_token=tuple(r for _, r in gemms),
                 gemm_counts=tuple(gemms.values()),
+                expert_gemm_launches=expert_launches,
             )
         )
     return tuple(shards)

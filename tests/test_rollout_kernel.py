@@ -160,3 +160,26 @@ def test_a_kept_step_model_gives_what_a_fresh_one_gives(
     kept = _KEPT.setdefault((*tp_pp, replicas), StepModel.build(QWEN7, H100, layout))
     assert_same(simulate_rollout(QWEN7, H100, layout, req, opts, cap, step=kept),
                 simulate_rollout(QWEN7, H100, layout, req, opts, cap))
+
+
+@settings(max_examples=60, deadline=None)
+@given(counts=st.lists(st.integers(0, 40), min_size=1, max_size=6), quantities=st.integers(1, 5), seed=st.integers(0, 2**32 - 1))
+def test_running_sums_add_as_a_cumulative_sum(counts: list[int], quantities: int, seed: int) -> None:
+    """The compiled running sums of the run-out's timing equal numpy's cumulative sum along each
+    replica's row (start, then its runs, then zeros) bit for bit: after every run and in total
+    (the start for a replica without runs)."""
+    from rlperf.stages.rollout_kernel import running_sums
+
+    rng = np.random.default_rng(seed)
+    c = np.array(counts, np.int64)
+    bounds = np.concatenate(([0], np.cumsum(c)))
+    starts = rng.uniform(0, 1e3, (quantities, c.size))
+    values = rng.uniform(0, 10, (quantities, int(c.sum()))) ** rng.uniform(-3, 3)
+    row = np.repeat(np.arange(c.size), c)
+    col = np.arange(int(c.sum())) - np.repeat(bounds[:-1], c) + 1
+    m = np.zeros((quantities, c.size, int(c.max()) + 1))
+    m[:, :, 0] = starts
+    m[:, row, col] = values
+    sums = np.cumsum(m, axis=2)
+    after, total = running_sums(starts, values, bounds)
+    assert np.array_equal(after, sums[:, row, col]) and np.array_equal(total, sums[:, np.arange(c.size), c])

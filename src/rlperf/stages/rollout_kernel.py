@@ -604,6 +604,24 @@ def _heap_pop(hs: np.ndarray, ho: np.ndarray, hr: np.ndarray, n: int) -> int:
 
 
 @jit
+def running_sums(starts: np.ndarray, values: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each quantity ``q`` and replica ``k`` (whose runs are ``bounds[k]:bounds[k + 1]``, in
+    run order): ``starts[q, k]`` plus its runs' ``values[q]`` added one after the other, as
+    :func:`numpy.cumsum` adds along a row; returns the sum after each run (shaped as ``values``)
+    and after the replica's last (``starts`` where it has none)."""
+    ends = np.empty(values.shape, np.float64)
+    totals = np.empty(starts.shape, np.float64)
+    for q in range(values.shape[0]):
+        for k in range(bounds.shape[0] - 1):
+            acc = starts[q, k]
+            for j in range(bounds[k], bounds[k + 1]):
+                acc = acc + values[q, j]
+                ends[q, j] = acc
+            totals[q, k] = acc
+    return ends, totals
+
+
+@jit
 def envelope_sums(c0: np.ndarray, c1: np.ndarray, m0: np.ndarray, m1: np.ndarray, floor: np.ndarray,
                   n: np.ndarray) -> np.ndarray:
     """:func:`rlperf.stages.rollout_step.envelope_sum` of each run's three lines (compute,

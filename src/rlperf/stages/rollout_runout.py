@@ -402,33 +402,45 @@ def _time(replicas: list[Replica], runs: RunArrays, apply: bool = True, timed: _
     plan, dt = timed.plan, timed.dt
     bounds = np.searchsorted(rep, np.arange(len(replicas) + 1))
     counts = np.diff(bounds)
-    row, col = rep, np.arange(len(n)) - np.repeat(bounds[:-1], counts) + 1  # run k of its replica: column k + 1
-    rows = np.arange(len(replicas))
 
-    def running(starts: list[list[float]], values: list[np.ndarray]) -> np.ndarray:
-        """For each quantity q and replica (row), ``starts[q]`` then the running sums of its
-        runs' ``values[q]`` left to right (a cumulative sum adds in order, as the
-        event-by-event path does; the zeros after a replica's last run leave its total as it
-        is); every quantity in one pass."""
+    def running(starts: list[list[float]], values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """For each quantity q and replica, ``starts[q]`` then the running sums of its runs'
+        ``values[q]`` left to right (in order, as the event-by-event path adds them): the sum
+        after each run, and each replica's total (its start where it has no run). Compiled
+        (:func:`rlperf.stages.rollout_kernel.running_sums`) where numba is installed, else
+        one cumulative sum of every quantity at once (the zeros after a replica's last run
+        leave its total as it is): the same additions in the same order."""
+        from rlperf.stages import rollout_kernel
+
+        if rollout_kernel.available():
+            table = np.empty((len(values), len(n)))
+            for q, v in enumerate(values):
+                table[q] = v
+            return rollout_kernel.running_sums(np.array(starts, np.float64), table, bounds)
+        row, col = rep, np.arange(len(n)) - np.repeat(bounds[:-1], counts) + 1  # run k of its replica: column k + 1
         m = np.zeros((len(values), len(replicas), int(counts.max(initial=0)) + 1))
         m[:, :, 0] = starts
         m[:, row, col] = values
-        return np.cumsum(m, axis=2)
+        sums = np.cumsum(m, axis=2)
+        return sums[:, row, col], sums[:, np.arange(len(replicas)), counts]
 
     if not apply:
-        end_only: np.ndarray = running([[r.t for r in replicas]], [dt])[0, row, col]
+        end_only: np.ndarray = running([[r.t for r in replicas]], [dt])[0][0]
         return end_only
     flops, num_bytes = run_totals(step, b, ctx, n, chunk, b + -(-chunk // n), b + n_wave, wave_flops)
     roofline = dt - n * plan.fixed
     occupied, prefill = b + n_wave, n_wave > 0
     sts = [r.stats for r in replicas]
     names = ("flops", "bytes_per_gpu", "roofline_s", "busy_s")
-    sums = running([[r.t for r in replicas], *([getattr(st, k) for st in sts] for k in names)],
-                   [dt, np.asarray(flops), np.asarray(num_bytes), np.asarray(roofline), dt])
-    clock = sums[0]
-    end_s: np.ndarray = clock[row, col]
-    totals = dict(zip(names, sums[1:, rows, counts].tolist()))
-    starts, ends_at = clock[row, col - 1], clock[rows, counts].tolist()
+    clock = [r.t for r in replicas]
+    after, total = running([clock, *([getattr(st, k) for st in sts] for k in names)],
+                           [dt, np.asarray(flops), np.asarray(num_bytes), np.asarray(roofline), dt])
+    end_s: np.ndarray = after[0]
+    totals = dict(zip(names, total[1:].tolist()))
+    ends_at = total[0].tolist()
+    starts = np.empty(len(end_s))  # each run's start: the replica's clock, then the run before's end
+    starts[1:] = end_s[:-1]
+    starts[bounds[:-1][counts > 0]] = np.asarray(clock)[counts > 0]
     for k, (r, lo, hi) in enumerate(zip(replicas, bounds[:-1].tolist(), bounds[1:].tolist())):
         if lo == hi:  # no run: nothing committed
             continue

@@ -223,8 +223,8 @@ def test_bracketed_override_values_stay_whole(tmp_path: Path) -> None:
 
 
 def test_unknown_hub_id_needs_model_config(tmp_path: Path) -> None:
-    script = CORPUS / "verl/examples/ppo_trainer/run_gemma.sh"
-    with pytest.raises(SpecError, match=re.escape("'google/gemma-2-2b-it' is not in the model catalog: pass its config.json with --model-config")):
+    script = CORPUS / "verl/examples/grpo_trainer/run_mistral13b_skyworkrm_hhrlhf.sh"
+    with pytest.raises(SpecError, match=re.escape("'mistralai/Mistral-Nemo-Instruct-2407' is not in the model catalog: pass its config.json with --model-config")):
         load_framework_config("verl", script)
     from rlperf.catalog import load_config
 

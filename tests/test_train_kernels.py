@@ -23,7 +23,7 @@ from rlperf.stages.pass_cost import (
     MicroBatchShapes,
 )
 from rlperf.stages.elementwise import FUSED
-from rlperf.stages.shard import stage_shards
+from rlperf.stages.shard import StageShard, stage_shards
 from rlperf.stages.softmax import fused_softmax_available
 from rlperf.stages.train import train_step
 from rlperf.validate_train import gpt3_model
@@ -170,7 +170,11 @@ def test_the_sync_costs_one_op_device_bound_and_nothing_host_bound() -> None:
     assert float(slow.host_exposed_s[0]) == pytest.approx(float(slow.host_s[0] - slow.device_s[0]), rel=1e-4)
 
 
-def _gemm_work_at_rate(shard, tokens: float) -> float:  # type: ignore[no-untyped-def]
+def _gemm_flops(shard: StageShard) -> float:
+    return float(sum(w * r * c for w, r, c in zip(shard.gemm_weights, shard.gemm_rows_per_token, shard.gemm_counts)))
+
+
+def _gemm_work_at_rate(shard: StageShard, tokens: float) -> float:
     """sum over the shard's GEMMs of count x work / size factor (large-GEMM FLOPs)."""
     w, r, c = (np.asarray(x, dtype=np.float64) for x in (shard.gemm_weights, shard.gemm_rows_per_token, shard.gemm_counts))
     work = 2 * w * r * tokens
@@ -178,7 +182,7 @@ def _gemm_work_at_rate(shard, tokens: float) -> float:  # type: ignore[no-untype
 
 
 @pytest.mark.parametrize(("ep", "local", "waves"), [(8, 16, 4), (32, 4, 1), (64, 2, 1)])
-def test_te_grouped_linear_runs_one_gemm_per_local_expert_four_streams_at_once(ep, local, waves) -> None:  # type: ignore[no-untyped-def]
+def test_te_grouped_linear_runs_one_gemm_per_local_expert_four_streams_at_once(ep: int, local: int, waves: int) -> None:
     moe = MOE.moe
     assert moe is not None and moe.num_experts == 128
     d, f, mats, rows = MOE.hidden_size, moe.expert_intermediate_size, MOE.mlp.num_matrices, ep * moe.experts_per_token / 128
@@ -194,9 +198,7 @@ def test_te_grouped_linear_runs_one_gemm_per_local_expert_four_streams_at_once(e
     assert te.expert_gemm_launches == alone.expert_gemm_launches == n * mats * (local - 1)
     assert grouped.expert_gemm_launches == 0 and te.kernels == grouped.kernels
     # the same FLOPs, at the rate of smaller GEMMs: between one grouped GEMM and every expert alone
-    def flops(sh):  # type: ignore[no-untyped-def]
-        return sum(w * r * c for w, r, c in zip(sh.gemm_weights, sh.gemm_rows_per_token, sh.gemm_counts))
-    assert flops(te) == pytest.approx(flops(grouped), rel=1e-12) == pytest.approx(te.matmul_params_per_token)
+    assert _gemm_flops(te) == pytest.approx(_gemm_flops(grouped), rel=1e-12) == pytest.approx(te.matmul_params_per_token)
     for tokens in (512.0, 8192.0):
         g, t, a = (_gemm_work_at_rate(sh, tokens) for sh in (grouped, te, alone))
         assert g < a and g <= t <= a

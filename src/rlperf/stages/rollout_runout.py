@@ -407,16 +407,13 @@ def _time(replicas: list[Replica], runs: RunArrays, apply: bool = True, timed: _
         """For each quantity q and replica, ``starts[q]`` then the running sums of its runs'
         ``values[q]`` left to right (in order, as the event-by-event path adds them): the sum
         after each run, and each replica's total (its start where it has no run). Compiled
-        (:func:`rlperf.stages.rollout_kernel.running_sums`) where numba is installed, else
+        (:func:`rlperf.stages.rollout_kernel.running_sums`) where the run-out is (:func:`compiled`), else
         one cumulative sum of every quantity at once (the zeros after a replica's last run
         leave its total as it is): the same additions in the same order."""
-        from rlperf.stages import rollout_kernel
+        if compiled():
+            from rlperf.stages.rollout_kernel import running_sums
 
-        if rollout_kernel.available():
-            table = np.empty((len(values), len(n)))
-            for q, v in enumerate(values):
-                table[q] = v
-            return rollout_kernel.running_sums(np.array(starts, np.float64), table, bounds)
+            return running_sums(np.array(starts, np.float64), np.stack(values).astype(np.float64, copy=False), bounds)
         row, col = rep, np.arange(len(n)) - np.repeat(bounds[:-1], counts) + 1  # run k of its replica: column k + 1
         m = np.zeros((len(values), len(replicas), int(counts.max(initial=0)) + 1))
         m[:, :, 0] = starts

@@ -146,6 +146,32 @@ def test_missing_profile_file() -> None:
         load_profile("h100", "/nonexistent/profile.yaml")
 
 
+def test_shipped_calibrated_profiles_are_their_fit_applied_to_the_shipped_profiles() -> None:
+    """``calibrated`` names data/calibrated_profiles.yaml, which `rlperf validate --calibrate`
+    wrote: every accelerator's profile is the shipped one with the recorded fit applied. A change
+    to profiles.yaml without a new fit fails here (re-run the calibration: docs/validation.md)."""
+    import yaml
+
+    from rlperf.calibration import GROUPS, PARAMS, scale_profile
+    from rlperf.specs.hardware_catalog import profile_file
+
+    record = yaml.safe_load(profile_file("calibrated").read_text(encoding="utf-8"))["calibration"]
+    factors = record["factors"]
+    assert set(factors) == set(PARAMS) and record["objective_after"] <= record["objective_before"]
+    for aid in list_accelerators():
+        shipped = load_profile(aid)
+        got, want = load_profile(aid, "calibrated"), scale_profile(shipped, factors)
+        for field in (f for group in factors for f in GROUPS[group]):
+            a, b = getattr(got, field), getattr(want, field)
+            if isinstance(b, dict):
+                assert a.keys() == b.keys() and all(a[k] == pytest.approx(b[k], abs=1e-4) for k in b), (aid, field)
+            else:
+                assert a == pytest.approx(b, abs=1e-4), (aid, field)
+        assert got.hbm_efficiency == shipped.hbm_efficiency  # a field the fit does not touch
+    # The name reaches every command that takes a profile file.
+    assert make_cluster("h100", num_gpus=8, profile_path="calibrated").profile == load_profile("h100", "calibrated")
+
+
 def test_make_cluster_counts_and_price() -> None:
     c = make_cluster("h100", num_gpus=16)
     assert (c.num_nodes, c.gpus_per_node, c.num_gpus) == (2, 8, 16)

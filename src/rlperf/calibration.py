@@ -27,8 +27,9 @@ path, a training backend):
   and micro-batch pass (Megatron's is shipped, fitted on vTrain's iterations).
 
 The ``set`` parameters have no shipped value (no published figure), and their neutral point is 0
-(nothing added), except ``engine_step``: its neutral point is the shipped vLLM figure
-(profiles.yaml).
+(nothing added), except ``engine_step`` and ``load_walk``: their neutral points are the shipped
+figures (vLLM's published per-step cost; the parameter walk bench/bench_param_walk.py measures;
+profiles.yaml).
 
 On what: the cases on the ``calibration`` side of
 :func:`rlperf.validation_cases.calibration_split` (decided by the source document, fixed before
@@ -86,6 +87,7 @@ class Param:
 
 
 _SHIPPED_ENGINE_STEP_S = HardwareProfile.model_fields["engine_step_overhead_s"].default or 0.0
+_SHIPPED_LOAD_WALK_S = HardwareProfile.model_fields["engine_load_param_walk_s"].default or 0.0
 
 FACTORS: tuple[float, ...] = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.15, 1.3)
 """Grid searched for every scale factor (a fraction scaled above 1 is capped at 1)."""
@@ -114,8 +116,11 @@ PARAMS: dict[str, Param] = {
         "set", ("engine_load_tensor_overhead_s",), (0.0, 0.05e-3, 0.1e-3, 0.15e-3, 0.2e-3, 0.3e-3, 0.4e-3, 0.7e-3, 1e-3)
     ),
     # Seconds per engine parameter tensor walked by each load_weights call: 0 to 3 us (a Python
-    # generator step and a dict insert per parameter).
-    "load_walk": Param("set", ("engine_load_param_walk_s",), (0.0, 0.25e-6, 0.5e-6, 0.75e-6, 1e-6, 1.5e-6, 2e-6, 3e-6)),
+    # generator step and a dict insert per parameter). Shipped: the figure bench/bench_param_walk.py
+    # measures (profiles.yaml), the neutral point: a grid point of 0 is none at all.
+    "load_walk": Param("set", ("engine_load_param_walk_s",),
+                       tuple(sorted({0.0, 0.25e-6, 0.5e-6, 0.75e-6, 1e-6, 1.5e-6, 2e-6, 3e-6, _SHIPPED_LOAD_WALK_S})),
+                       shipped=_SHIPPED_LOAD_WALK_S),
     # FSDP's host time per layer and micro-batch pass (hooks, per-layer all-gather launches): the
     # training backend's own figure; Megatron's (megatron_layer_overhead_s) is shipped, fitted on
     # vTrain's iterations (docs/validation.md), and stays as shipped. 0 to 8 ms (a first fit stopped
@@ -276,7 +281,10 @@ def write_profile(path: str | Path, result: CalibrationResult, note: str = "") -
     """Write the calibrated profiles of every accelerator as a file ``cluster.profile`` reads.
 
     The file holds ``profiles: {<accelerator>: {<field>: {value, rule, from}}}`` with only the
-    fields the fit scaled; the others keep their shipped values when loaded."""
+    fields the fit scaled (the others keep their shipped values when loaded), and for the
+    record ``calibration: {factors, num_cases, objective_before, objective_after}``: the fit
+    that the profiles apply (rlperf/data/calibrated_profiles.yaml is such a file, checked
+    against the shipped profiles by the tests)."""
     from rlperf.specs.hardware_catalog import list_accelerators, load_profile
 
     factors = result.factor_map
@@ -311,4 +319,6 @@ def write_profile(path: str | Path, result: CalibrationResult, note: str = "") -
     )
     from rlperf.outputs import write_text
 
-    return write_text(Path(path), header + yaml.safe_dump({"profiles": profiles}, sort_keys=True))
+    record = {"factors": {k: float(v) for k, v in factors.items()}, "num_cases": result.num_cases,
+              "objective_before": round(result.objective_before, 6), "objective_after": round(result.objective_after, 6)}
+    return write_text(Path(path), header + yaml.safe_dump({"calibration": record, "profiles": profiles}, sort_keys=True))

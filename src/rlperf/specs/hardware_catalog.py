@@ -2,7 +2,9 @@
 
 ``data/hardware.yaml`` holds peak capabilities (facts with sources), ``data/profiles.yaml`` the
 achieved efficiencies per accelerator (each value with its derivation and source). A profile
-file given by the user overrides the shipped profile field by field.
+file given by the user overrides the shipped profile field by field; the name ``calibrated``
+stands for ``data/calibrated_profiles.yaml``, the generic parameters that ``rlperf validate
+--calibrate`` fitted on the validation cases' calibration split (docs/validation.md).
 """
 
 from __future__ import annotations
@@ -119,6 +121,18 @@ def generic_profile_values() -> dict[str, Any]:
     return values
 
 
+CALIBRATED_PROFILE = "calibrated"
+"""The profile-file name of the shipped calibrated profiles (``--hardware-profile calibrated``)."""
+
+
+def profile_file(path: str | Path) -> Path:
+    """The file a profile path names: the shipped calibrated profiles for ``calibrated``, the
+    path itself otherwise."""
+    if str(path) == CALIBRATED_PROFILE:
+        return Path(str(resources.files("rlperf").joinpath("data").joinpath("calibrated_profiles.yaml")))
+    return Path(path)
+
+
 def _read_user_file(path: Path) -> dict[str, Any]:
     from rlperf.errors import show_path
     from rlperf.inputs import load_json, load_yaml
@@ -130,14 +144,14 @@ def _read_user_file(path: Path) -> dict[str, Any]:
 
 
 # Top-level keys of a profile file kept for the record, not profile fields (``rlperf calibrate``
-# writes its raw micro-benchmark numbers there).
-RECORD_KEYS = ("measurements",)
+# writes its raw micro-benchmark numbers there, ``rlperf validate --calibrate`` its fit).
+RECORD_KEYS = ("measurements", "calibration")
 
 
 def accelerator_from_file(path: str | Path) -> Accelerator | None:
     """The accelerator a profile file *defines* (an ``accelerator:`` mapping, as ``rlperf
     calibrate`` writes for a device outside the catalog), or None if it defines none."""
-    p = Path(path)
+    p = profile_file(path)
     spec = _read_user_file(p).get("accelerator")
     if not isinstance(spec, dict):
         return None
@@ -176,7 +190,7 @@ def load_profile(accelerator_id: str, path: str | Path | None = None) -> Hardwar
         shipped = found
     if path is None:
         return shipped
-    p = Path(path)
+    p = profile_file(path)
     try:
         return _profile_from_file(shipped, aid, defined, p)
     except SpecError as err:  # the profile file's, not the scenario's that names it

@@ -242,6 +242,23 @@ def test_ranges_move_with_the_data() -> None:
     assert (iv.low_s, iv.high_s, iv.basis, iv.num_cases) == (30.0, 70.0, "assumed", 5)
 
 
+def test_each_profile_gets_its_own_measured_errors() -> None:
+    """The calibrated profile's ranges rest on its own validation errors (its predictions are
+    slower, so measured / predicted sits nearer 1 than the shipped profiles'); a profile file
+    whose errors were never measured gets the shipped ones, and its ranges say so."""
+    shipped, calibrated = error_data(), error_data("calibrated")
+    assert {c.id for c in calibrated.scored} == {c.id for c in shipped.scored}
+    med = {name: float(np.median([c.ratio for c in d.scored])) for name, d in (("shipped", shipped), ("cal", calibrated))}
+    assert abs(math.log(med["cal"])) < abs(math.log(med["shipped"]))
+    assert shipped.note == "" and "calibrated" in calibrated.note
+    assert "calibrated" in stated_interval(10.0, calibrated).describe()
+    other = error_data("my-profile.yaml")
+    assert other.scored == shipped.scored and "not with the profile file my-profile.yaml" in other.note
+    iv = assumed_interval(5.0, 6.0, 4.0, (1.0, 2.0), other)
+    assert iv.describe().endswith(other.note) and iv.scaled(2.0).note == other.note
+    assert "profile file" not in stated_interval(10.0).describe()
+
+
 def test_assumed_lengths_range_is_the_plan_at_the_implied_means(answer: PlanAnswer) -> None:
     iv = answer.interval
     assert iv.basis == "assumed" and iv.mean_range_tokens is not None

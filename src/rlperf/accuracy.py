@@ -20,6 +20,12 @@ lengths were obtained (docs/prediction_interval.md):
 
 Nothing is fitted to the question. After a cost-model change, rewriting the data file moves the
 ranges with the model's measured accuracy.
+
+The errors belong to the hardware profile the predictions came from: the shipped profiles'
+are ``step_time_errors.yaml``, the calibrated profile's (``--hardware-profile calibrated``)
+``step_time_errors_calibrated.yaml`` (``rlperf validate --profile calibrated --errors-out``). A
+plan on any other profile file gets the shipped profiles' errors, and its range says that they
+were not measured for that file.
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ class ErrorData:
     scored: tuple[ScoredCase, ...]
     length_fits: tuple[LengthFitCase, ...]
     commit: str
+    note: str = ""  # whose errors, where not the shipped profiles' for a plan on them (ranges say it)
 
     def ratio_range(self) -> tuple[float, float]:
         """q10 and q90 of measured/predicted over the scored cases (nan without cases)."""
@@ -101,6 +108,7 @@ class StepInterval:
     basis: Basis
     num_cases: int
     mean_range_tokens: tuple[float, float] | None = None  # assumed lengths: the implied means
+    note: str = ""  # ErrorData.note of the errors it rests on
 
     @property
     def label(self) -> str:
@@ -110,18 +118,19 @@ class StepInterval:
 
     def describe(self) -> str:
         pct = round(100 * (HIGH_Q - LOW_Q))
+        note = f"; {self.note}" if self.note else ""
         if self.basis == "stated":
             return (f"{pct}% range of measured/predicted over {self.num_cases} published step times with published"
-                    " lengths (rlperf validate; docs/prediction_interval.md)")
+                    f" lengths (rlperf validate; docs/prediction_interval.md){note}")
         lo, hi = self.mean_range_tokens or (math.nan, math.nan)
         return (f"lengths assumed: the plan at mean {lo:,.0f} - {hi:,.0f} tokens, the {pct}% range of the means that"
                 f" match {self.num_cases} published runs of unknown length (docs/prediction_interval.md);"
-                " state --mean-response for the model-error range")
+                f" state --mean-response for the model-error range{note}")
 
     def scaled(self, factor: float) -> StepInterval:
         """The same relative range around ``factor`` x the prediction (run totals)."""
         return StepInterval(self.predicted_s * factor, self.low_s * factor, self.high_s * factor, self.basis,
-                            self.num_cases, self.mean_range_tokens)
+                            self.num_cases, self.mean_range_tokens, self.note)
 
 
 def _doc(text: str) -> ErrorData:
@@ -133,28 +142,43 @@ def _doc(text: str) -> ErrorData:
     return ErrorData(scored, fits, str(raw.get("commit", "")))
 
 
-@lru_cache(maxsize=1)
-def error_data() -> ErrorData:
-    """The stored step-time cases of the last recorded ``rlperf validate`` run."""
-    return _doc((resources.files("rlperf") / "data" / "step_time_errors.yaml").read_text("utf-8"))
+# The profiles whose errors are measured (a profile-file name, None: the shipped profiles) and
+# their data files.
+ERROR_FILES: dict[str | None, str] = {None: "step_time_errors.yaml", "calibrated": "step_time_errors_calibrated.yaml"}
+
+
+@lru_cache(maxsize=4)
+def error_data(profile: str | None = None) -> ErrorData:
+    """The stored step-time cases of the last recorded ``rlperf validate`` run with the hardware
+    profile file ``profile`` (None: the shipped profiles); for a file whose errors were never
+    measured, the shipped profiles' errors with a note that says so."""
+    name = ERROR_FILES.get(profile)
+    if name is None:
+        shipped = error_data(None)
+        return ErrorData(shipped.scored, shipped.length_fits, shipped.commit,
+                         f"errors measured with the shipped profiles, not with the profile file {profile}")
+    data = _doc((resources.files("rlperf") / "data" / name).read_text("utf-8"))
+    return data if profile is None else ErrorData(data.scored, data.length_fits, data.commit,
+                                                  f"errors of the {profile} profile")
 
 
 def stated_interval(predicted_s: float, data: ErrorData | None = None) -> StepInterval:
     d = data or error_data()
     lo, hi = d.ratio_range()
-    return StepInterval(predicted_s, predicted_s * lo, predicted_s * hi, "stated", len(d.scored))
+    return StepInterval(predicted_s, predicted_s * lo, predicted_s * hi, "stated", len(d.scored), note=d.note)
 
 
 def assumed_interval(predicted_s: float, at_low_mean_s: float, at_high_mean_s: float, means: tuple[float, float],
                      data: ErrorData | None = None) -> StepInterval:
     d = data or error_data()
     lo, hi = sorted((at_low_mean_s, at_high_mean_s))
-    return StepInterval(predicted_s, lo, hi, "assumed", len(d.length_fits), means)
+    return StepInterval(predicted_s, lo, hi, "assumed", len(d.length_fits), means, d.note)
 
 
-def errors_document(validation: Mapping[str, Any], commit: str) -> str:
-    """The data file's text from ``ValidationReport.to_dict()`` (uncalibrated): the scored
-    step-time cases, and the plausible length fits of the step-time cases of unknown length."""
+def errors_document(validation: Mapping[str, Any], commit: str, profile: str | None = None) -> str:
+    """The data file's text from ``ValidationReport.to_dict()`` of a run with the hardware profile
+    file ``profile`` (None: the shipped profiles, uncalibrated): the scored step-time cases, and
+    the plausible length fits of the step-time cases of unknown length."""
     cases: Iterable[Mapping[str, Any]] = validation["cases"]
     scored, fits = [], []
     for c in cases:
@@ -166,8 +190,9 @@ def errors_document(validation: Mapping[str, Any], commit: str) -> str:
         if f is not None and f["plausible"]:
             fits.append({"id": c["id"], "matching_mean_tokens": round(float(f["matching_mean_tokens"]), 1),
                          "cap_tokens": int(f["plausible_range_tokens"][1])})
+    which = "uncalibrated shipped profiles" if profile is None else f"profile {profile}"
     head = (
-        "# Step-time cases of `rlperf validate` (uncalibrated shipped profiles), stored as data for\n"
+        f"# Step-time cases of `rlperf validate` ({which}), stored as data for\n"
         "# the step-time ranges of rlperf.accuracy (docs/prediction_interval.md). Written by\n"
         "# `rlperf validate --errors-out`; measured values and sources: rlperf/data/validation_cases.yaml.\n"
         "# scored: published lengths; length_fits: unknown lengths, the mean at which prediction = measurement.\n"

@@ -340,11 +340,12 @@ def _interval(on: Scenario, best: PlanEvaluation, stated: bool, mapper: Mapper) 
     lengths are stated, else the plan simulated at the means published runs imply for this cap."""
     from rlperf.accuracy import assumed_interval, error_data, stated_interval
 
+    data = error_data(on.spec.cluster.profile)  # the errors of the profile the plan was simulated with
     if stated:
-        return stated_interval(best.step_time_s)
-    lo, hi = error_data().implied_means(on.workload.max_response_tokens)
+        return stated_interval(best.step_time_s, data)
+    lo, hi = data.implied_means(on.workload.max_response_tokens)
     at = _simulate_at(on, [lo, hi], [0, 0], mapper)
-    return assumed_interval(best.step_time_s, at[0].step_time_s, at[1].step_time_s, (lo, hi))
+    return assumed_interval(best.step_time_s, at[0].step_time_s, at[1].step_time_s, (lo, hi), data)
 
 
 def _simulate_at(on: Scenario, means: list[float], steps: list[int], mapper: Mapper) -> list[RunPoint]:

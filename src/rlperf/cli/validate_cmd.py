@@ -143,7 +143,7 @@ def validate_cmd(
 
             commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                     cwd=Path(__file__).parent).stdout.strip() or "unknown"
-            write_text(errors_out, errors_document(report.to_dict(), commit))
+            write_text(errors_out, errors_document(report.to_dict(), commit, prof))
         fitted = None
         if calibrate:
             from rlperf.calibration import as_scale, describe, fit, write_profile

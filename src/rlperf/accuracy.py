@@ -32,13 +32,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
 
 import numpy as np
 import yaml
+
+from rlperf.specs.hardware_catalog import CALIBRATED_PROFILE
 
 LOW_Q = 0.10
 HIGH_Q = 0.90
@@ -144,7 +146,7 @@ def _doc(text: str) -> ErrorData:
 
 # The profiles whose errors are measured (a profile-file name, None: the shipped profiles) and
 # their data files.
-ERROR_FILES: dict[str | None, str] = {None: "step_time_errors.yaml", "calibrated": "step_time_errors_calibrated.yaml"}
+ERROR_FILES: dict[str | None, str] = {None: "step_time_errors.yaml", CALIBRATED_PROFILE: "step_time_errors_calibrated.yaml"}
 
 
 @lru_cache(maxsize=4)
@@ -154,18 +156,15 @@ def error_data(profile: str | None = None) -> ErrorData:
     measured, the shipped profiles' errors with a note that says so."""
     name = ERROR_FILES.get(profile)
     if name is None:
-        shipped = error_data(None)
-        return ErrorData(shipped.scored, shipped.length_fits, shipped.commit,
-                         f"errors measured with the shipped profiles, not with the profile file {profile}")
+        return replace(error_data(None), note=f"errors measured with the shipped profiles, not with the profile file {profile}")
     data = _doc((resources.files("rlperf") / "data" / name).read_text("utf-8"))
-    return data if profile is None else ErrorData(data.scored, data.length_fits, data.commit,
-                                                  f"errors of the {profile} profile")
+    return data if profile is None else replace(data, note=f"errors of the {profile} profile")
 
 
 def stated_interval(predicted_s: float, data: ErrorData | None = None) -> StepInterval:
     d = data or error_data()
     lo, hi = d.ratio_range()
-    return StepInterval(predicted_s, predicted_s * lo, predicted_s * hi, "stated", len(d.scored), note=d.note)
+    return StepInterval(predicted_s, predicted_s * lo, predicted_s * hi, "stated", len(d.scored), None, d.note)
 
 
 def assumed_interval(predicted_s: float, at_low_mean_s: float, at_high_mean_s: float, means: tuple[float, float],

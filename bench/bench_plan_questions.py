@@ -21,7 +21,9 @@ again (~0.1 CPU-s of ~120 modules); an installed rlperf, or a source checkout ru
 variable, compiles them once. ``--bytecode`` measures that case: the child may cache byte code
 (in a temporary ``PYTHONPYCACHEPREFIX``, not in the tree) and one small unmeasured question
 fills the cache first (the ``--from`` question's importer modules compile in its measured run).
-The first line printed says which case was measured.
+The first line printed says which case was measured; the second, where the simulator's loops
+come from (``RLPERF_LOOPS=jit`` in the environment measures numba's run-time compile instead of
+the extension built at install).
 """
 
 from __future__ import annotations
@@ -78,6 +80,10 @@ def main() -> None:
             run(WARM_UP, e)  # fills the byte-code cache (and numba's, if empty); not measured
     cached = env is not None or not os.environ.get("PYTHONDONTWRITEBYTECODE")
     print("byte code: " + ("cached (compiled once)" if cached else "not cached (PYTHONDONTWRITEBYTECODE: compiled every run)"))
+    for tree, e in envs.items():  # where the simulator's loops come from (rlperf.stages.jit)
+        loops = subprocess.run([sys.executable, "-c", "from rlperf.stages.jit import implementation; print(implementation())"],
+                               capture_output=True, text=True, env=e).stdout.strip() or "jit (before rlperf.stages.jit chose)"
+        print(f"loops{' in ' + tree if tree else ''}: {loops} (aot: compiled at install; jit: numba at run time)")
     chosen = [(label, args) for label, args in QUESTIONS
               if not (("--skip-1024" in sys.argv and "128" in args) or ("--only-from" in sys.argv and "--from" not in args))
               and option("--only", "") in label]

@@ -168,7 +168,7 @@ def test_running_sums_add_as_a_cumulative_sum(counts: list[int], quantities: int
     """The compiled running sums of the run-out's timing equal numpy's cumulative sum along each
     replica's row (start, then its runs, then zeros) bit for bit: after every run and in total
     (the start for a replica without runs)."""
-    from rlperf.stages.rollout_kernel import running_sums
+    from rlperf.stages.rollout_loop import running_sums
 
     rng = np.random.default_rng(seed)
     c = np.array(counts, np.int64)

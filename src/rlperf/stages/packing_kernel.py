@@ -1,4 +1,5 @@
-"""Micro-batch packing compiled (:mod:`rlperf.stages.microbatch`'s two loops on int64 arrays).
+"""Micro-batch packing compiled (:mod:`rlperf.stages.microbatch`'s two loops on int64 arrays;
+:mod:`rlperf.stages.jit`: at install, or by numba).
 
 * :func:`balance`: longest first, each sequence to the least-loaded rank that still has room
   (ties to the lowest index), ranks keyed in a binary heap by one int, ``load x ranks +
@@ -16,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlperf.stages.jit import jit
+from rlperf.stages.jit import loop
 
 
-@jit
+@loop("Tuple((i8[:], i8[:]))(i8[:], i8)")
 def balance(desc: np.ndarray, num_ranks: int) -> tuple[np.ndarray, np.ndarray]:
     """Sequences ``desc`` (non-increasing) over ``num_ranks`` ranks, equal counts within one:
     (the lengths rank after rank, each rank's in the order it got them; each rank's start in
@@ -70,7 +71,7 @@ def balance(desc: np.ndarray, num_ranks: int) -> tuple[np.ndarray, np.ndarray]:
     return out, starts
 
 
-@jit
+@loop("Tuple((i8[:], i8[:], i8[:]))(i8[:], i8[:], i8)")
 def first_fit(values: np.ndarray, starts: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """First fit of each rank's lengths ``values[starts[r]:starts[r + 1]]`` (non-increasing)
     into bins of ``budget`` tokens: (the lengths bin after bin, rank after rank, each bin's in

@@ -43,11 +43,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rlperf.stages.request_status import DECODING, DONE, PREFILL, WAITING
 from rlperf.stages.rollout_requests import GroupIndex
 from rlperf.stages.rollout_result import SegmentLog
 from rlperf.stages.rollout_step import Coef, Count, Run, StepModel
-
-WAITING, PREFILL, DECODING, DONE = 0, 1, 2, 3
 
 
 class Book:

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rlperf.stages.rollout_engine import DECODING, DONE, Replica, RunArrays, RunLog, Settled, run_totals
+from rlperf.stages.request_status import DECODING, DONE
+from rlperf.stages.rollout_engine import Replica, RunArrays, RunLog, Settled, run_totals
 from rlperf.stages.rollout_step import Runs, StepModel
 
 if TYPE_CHECKING:
@@ -407,11 +408,11 @@ def _time(replicas: list[Replica], runs: RunArrays, apply: bool = True, timed: _
         """For each quantity q and replica, ``starts[q]`` then the running sums of its runs'
         ``values[q]`` left to right (in order, as the event-by-event path adds them): the sum
         after each run, and each replica's total (its start where it has no run). Compiled
-        (:func:`rlperf.stages.rollout_kernel.running_sums`) where the run-out is (:func:`compiled`), else
+        (:func:`rlperf.stages.rollout_loop.running_sums`) where the run-out is (:func:`compiled`), else
         one cumulative sum of every quantity at once (the zeros after a replica's last run
         leave its total as it is): the same additions in the same order."""
         if compiled():
-            from rlperf.stages.rollout_kernel import running_sums
+            from rlperf.stages.rollout_loop import running_sums
 
             return running_sums(np.array(starts, np.float64), np.stack(values).astype(np.float64, copy=False), bounds)
         row, col = rep, np.arange(len(n)) - np.repeat(bounds[:-1], counts) + 1  # run k of its replica: column k + 1

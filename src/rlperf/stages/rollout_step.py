@@ -771,14 +771,15 @@ def _lin_sum(a: Coef, s: Coef, i0: Count, i1: Count) -> Coef:
 def _envelope_sums(c0: np.ndarray, c1: np.ndarray, m0: np.ndarray, m1: np.ndarray, floor: np.ndarray,
                    n: np.ndarray) -> np.ndarray:
     """:func:`envelope_sum` of each run's (compute, memory, floor) lines: compiled
-    (:func:`rlperf.stages.rollout_kernel.envelope_sums`, the same operations) where numba is
-    installed, else run by run."""
-    from rlperf.stages import rollout_kernel
+    (:func:`rlperf.stages.rollout_loop.envelope_sums`, the same operations) where the loops are
+    compiled, else run by run."""
+    from rlperf.stages import rollout_loop
+    from rlperf.stages.jit import compiled
 
     c0, c1, m0, m1, floor = (np.ascontiguousarray(x, np.float64) for x in (c0, c1, m0, m1, floor))
     steps = np.ascontiguousarray(n, np.int64)
-    if rollout_kernel.available():
-        return rollout_kernel.envelope_sums(c0, c1, m0, m1, floor, steps)
+    if compiled():
+        return rollout_loop.envelope_sums(c0, c1, m0, m1, floor, steps)
     return np.array([envelope_sum([(c0[k], c1[k]), (m0[k], m1[k]), (floor[k], 0.0)], int(steps[k]))  # pragma: no cover
                      for k in range(steps.size)])
 

@@ -58,8 +58,10 @@ def loops_extension() -> Any:
                 cc.export(name, signature)(f)
                 exported += 1
     assert exported == len(jit.SIGNATURES), (exported, sorted(jit.SIGNATURES))
+    digest = jit.source_digest()
+    assert digest is not None, "the loops' sources are needed to build them"
     namespace: dict[str, Any] = {}
-    exec(f"def digest():\n    return {jit.source_digest()}\n", namespace)  # a constant, compiled in
+    exec(f"def digest():\n    return {digest}\n", namespace)  # a constant, compiled in
     cc.export("digest", "i8()")(namespace["digest"])
     return cc.distutils_extension()
 

@@ -35,6 +35,12 @@ def test_a_stale_extension_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
         jit._decide("aot")
 
 
+def test_an_install_without_the_loops_sources_uses_the_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Byte code only: nothing to be stale against, and nothing numba could compile better."""
+    monkeypatch.setattr(jit, "source_digest", lambda: None)
+    assert jit._decide("")[0] == "aot"
+
+
 def test_the_implementation_can_be_asked_for_and_a_wrong_name_says_what_is_allowed() -> None:
     assert jit._decide("python") == ("python", None)
     assert jit._decide("jit")[0] == "jit"

@@ -9,7 +9,8 @@ loops). Where its machine code comes from is decided once per process (:func:`im
    no numba at run time: a planner question saves the 0.4 CPU-s of importing numba and the 0.3
    of loading its cached code (bench/bench_plan_questions.py). It is used only if it was built
    from the loops' current source (:func:`source_digest`, compared at first use): an edited
-   loop falls back to 2 until the package is installed again.
+   loop falls back to 2 until the package is installed again (an install without the sources
+   has nothing to compare: the extension is used).
 2. ``jit``: numba compiles each loop on its first call and caches the machine code on disk next
    to its module (the first run pays the compile, ~10 CPU-s for the rollout loop; where no
    cache directory is writable, every process compiles). The extension missing or stale.
@@ -48,13 +49,17 @@ SIGNATURES: dict[str, str] = {}
 _chosen: tuple[str, ModuleType | None] | None = None
 
 
-def source_digest() -> int:
+def source_digest() -> int | None:
     """The first 60 bits of the SHA-256 of :data:`LOOP_SOURCES`' bytes, end to end (an int64
-    the extension returns from its ``digest()`` when built from the same files)."""
+    the extension returns from its ``digest()`` when built from the same files); None where a
+    source is not installed (byte code only: no source to be stale against)."""
     here = Path(__file__).parent
     h = hashlib.sha256()
-    for name in LOOP_SOURCES:
-        h.update((here / name).read_bytes())
+    try:
+        for name in LOOP_SOURCES:
+            h.update((here / name).read_bytes())
+    except OSError:
+        return None
     return int(h.hexdigest()[:15], 16)
 
 
@@ -97,7 +102,8 @@ def _extension() -> ModuleType | None:
         ext = importlib.import_module("rlperf.stages._loops")
     except ImportError:
         return None
-    return ext if ext.digest() == source_digest() else None
+    current = source_digest()
+    return ext if current is None or ext.digest() == current else None
 
 
 def loop(signature: str) -> Callable[[F], F]:

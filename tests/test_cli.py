@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,17 @@ def test_plan_from_reads_the_gpu_and_mean_response_options(capsys: pytest.Captur
     code, out, err = run(args, capsys)
     assert code == 0, err
     assert "a100" in out.lower() and "mean response length 300 tokens" in out
+
+
+def test_numpy_gets_one_blas_thread_unless_the_user_set_one_or_torch_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """rlperf's arrays never call BLAS; OpenBLAS's spinning worker threads only cost CPU time."""
+    from rlperf.cli import app as cli_app
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    cli_app._one_blas_thread(["measure", "scenario.yaml"])  # the reference runtime: torch's choice
+    assert "OPENBLAS_NUM_THREADS" not in os.environ
+    cli_app._one_blas_thread(["plan"])
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
+    cli_app._one_blas_thread(["plan"])
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "4"

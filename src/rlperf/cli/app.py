@@ -82,6 +82,21 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
 _shown: set[str] = set()
 
 
+# Commands that run torch (the reference runtime): the threads of its BLAS are torch's to set.
+_TORCH_COMMANDS = frozenset({"calibrate", "measure", "validate-train"})
+
+
+def _one_blas_thread(args: list[str]) -> None:
+    """One OpenBLAS thread for numpy, unless the user set a number or the command runs torch.
+
+    numpy's OpenBLAS starts a worker thread per core when numpy loads, and they spin: 0.08
+    CPU-s of every process on 2 cores (``python -c "import numpy"``, median of 12: 0.19 against
+    0.11 CPU-s; docs/benchmarks.md), for nothing, since rlperf's arrays never call BLAS (its
+    work is elementwise). Set before the commands' modules load numpy (:func:`_register`)."""
+    if not (args and args[0] in _TORCH_COMMANDS):
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the command line; every failure a user can cause ends in one line on stderr.
 
@@ -89,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     traceback with ``RLPERF_TRACEBACK=1``), 130 interrupted (Ctrl-C).
     """
     warnings.showwarning = _show_warning
+    _one_blas_thread(sys.argv[1:] if argv is None else argv)
     try:
         _register()
         # Not standalone, typer turns Ctrl-C into Exit(130) and *returns* the code (it was dropped).

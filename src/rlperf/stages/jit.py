@@ -120,7 +120,7 @@ def loop(signature: str) -> Callable[[F], F]:
             assert module is not None
             return cast(F, getattr(module, name))
         if kind == "jit":
-            return _numba_jit(module, f)
+            return _numba_jit(module, f, cache=True)
         return f
 
     return mark
@@ -130,12 +130,13 @@ def helper(f: F) -> F:
     """Mark a function called only from loops: numba's (its code is compiled into theirs), or
     ``f`` where the loops are the extension's or plain Python."""
     kind, module = _choose()
-    return _numba_jit(module, f) if kind in ("jit", "build") else f
+    # setup.py's build compiles the helpers into the extension: no disk cache of their own
+    return _numba_jit(module, f, cache=kind == "jit") if kind in ("jit", "build") else f
 
 
-def _numba_jit(numba: ModuleType | None, f: F) -> F:
+def _numba_jit(numba: ModuleType | None, f: F, cache: bool) -> F:
     assert numba is not None
-    if implementation() == "build":  # compiled into the extension: no cache
+    if not cache:
         return cast(F, numba.njit(nogil=True, error_model="numpy")(f))
     try:
         return cast(F, numba.njit(cache=True, nogil=True, error_model="numpy")(f))

@@ -11,8 +11,8 @@ about a run's time is decided here: the runs are logged as :class:`RunLog` entri
 last bit (tests/test_rollout_kernel.py compares every field).
 
 Where the loops run as plain Python (numba missing: it is a pinned dependency, but the core
-must import without compiled extras) :func:`available` is False and the run-out keeps its
-Python loop.
+must import without compiled extras), :func:`rlperf.stages.rollout_runout.compiled` is False
+and the run-out keeps its Python loop.
 """
 
 from __future__ import annotations
@@ -24,18 +24,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rlperf.stages.jit import compiled
 from rlperf.stages.request_status import DECODING, DONE, WAITING
 from rlperf.stages.rollout_engine import Book, BookArrays, Queues, Replica, RunArrays
 from rlperf.stages.rollout_loop import plan_to_idle_loop
 
 if TYPE_CHECKING:
     from rlperf.stages.rollout_step import StepModel
-
-def available() -> bool:
-    """True when the loop runs as machine code (the installed extension or numba)."""
-    return compiled()
-
 
 @dataclass(frozen=True)
 class Planned:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rlperf.stages.jit import compiled as loops_compiled
 from rlperf.stages.request_status import DECODING, DONE
 from rlperf.stages.rollout_engine import Replica, RunArrays, RunLog, Settled, run_totals
 from rlperf.stages.rollout_step import Runs, StepModel
@@ -57,13 +58,9 @@ class Drained:
 
 
 def compiled() -> bool:
-    """True when :func:`run_out` plans with the compiled loop (numba installed and
-    :data:`COMPILED` on)."""
-    if not COMPILED:
-        return False
-    from rlperf.stages import rollout_kernel
-
-    return rollout_kernel.available()
+    """True when :func:`run_out` plans with the compiled loop (the loops run as machine code,
+    :func:`rlperf.stages.jit.compiled`, and :data:`COMPILED` is on)."""
+    return COMPILED and loops_compiled()
 
 
 def run_out(replicas: list[Replica], debug: bool = False, fresh: frozenset[int] = frozenset(),

@@ -83,7 +83,7 @@ _shown: set[str] = set()
 
 
 # Commands that run torch (the reference runtime): the threads of its BLAS are torch's to set.
-_TORCH_COMMANDS = frozenset({"calibrate", "measure", "validate-train"})
+_TORCH_COMMANDS = frozenset({"calibrate", "measure"})
 
 
 def _one_blas_thread(args: list[str]) -> None:

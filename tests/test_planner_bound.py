@@ -23,6 +23,9 @@ def random_scenario(seed: int) -> Scenario:
         "model": str(rng.choice(["Qwen2.5-0.5B", "Qwen2.5-1.5B"])),
         "cluster": {"gpu": str(rng.choice(["H100", "A100"])), "num_nodes": 1, "gpus_per_node": 2},
         "workload": {
+            # Each scenario its own draws: with one seed for all, scenarios of the same batch shape
+            # share their length scores, and a check over many scenarios measures one draw's luck.
+            "seed": seed,
             "prompts_per_step": int(rng.choice([4, 8])), "group_size": int(rng.choice([2, 4])),
             "prompt_length": {"kind": "uniform", "min_tokens": 16, "max_tokens": int(rng.integers(64, 512))},
             "response_length": {"kind": "lognormal", "median_tokens": median, "sigma": float(rng.uniform(0.3, 1.0)),

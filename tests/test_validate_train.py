@@ -95,3 +95,28 @@ def test_the_fit_sees_only_the_fit_half(tmp_path: Path) -> None:
     # and it is a real fit: slower fit-half rows give a larger overhead
     slower = [type(m)(**{**m.__dict__, "measured_s": 1.5 * m.measured_s}) for m in rows]
     assert fit_layer_overhead(slower, upper_s=5e-3, tolerance_s=1e-5) > fitted
+
+
+@pytest.mark.parametrize("row, contains", [
+    # micro batch 0 was an internal error (integer modulo by zero)
+    ("8,64,0,1024,16,8,2048,1,8,1,100", "line 2, column 'micro batch': 0 sequences is outside"),
+    ("8,64,1,1024,16,8,0,1,8,1,100", "line 2, column 'sequence length': 0 tokens is outside"),
+    ("8,64,1,1024,16,8,2048,1,8,x,100", "line 2, column 'pipeline parallelism': 'x' is not an integer"),
+    # nan quietly dropped the MAPE, inf scored 100%, 1e-300 ms an APE of 1.6e300
+    ("8,64,1,1024,16,8,2048,1,8,1,nan", "column 'iteration time (ms)': 'nan' is not a finite number"),
+    ("8,64,1,1024,16,8,2048,1,8,1,inf", "column 'iteration time (ms)': 'inf' is not a finite number"),
+    ("8,64,1,1024,16,8,2048,1,8,1,1e-300", "column 'iteration time (ms)': 1e-300 ms is outside"),
+    # named by the model's internal fields (model.config.num_attention_heads, layout.tp, layout.pp)
+    ("8,64,1,1000,16,8,2048,1,8,1,100", "line 2: attention heads 16 do not divide the hidden size 1000"),
+    ("8,64,1,1536,12,8,2048,8,1,1,100", "line 2: tensor parallelism 8 does not divide the attention heads 12"),
+    ("8,64,1,1024,16,3,2048,1,2,4,100", "line 2: pipeline parallelism 4 exceeds the # layers 3"),
+])
+def test_a_bad_row_names_the_line_and_column(tmp_path: Path, capsys: pytest.CaptureFixture[str], row: str,
+                                             contains: str) -> None:
+    f = tmp_path / "r.csv"
+    f.write_text(",".join(COLUMNS) + "\n" + row + "\n")
+    with pytest.raises(SystemExit) as ei:
+        main(["validate-train", str(f)])
+    err = capsys.readouterr().err.strip()
+    assert ei.value.code == 2 and err.startswith("error: train_csv:") and "\n" not in err, err
+    assert contains in err and "allowed:" in err, err

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -38,6 +39,7 @@ from typing import Literal
 import numpy as np
 
 from rlperf.errors import SpecError
+from rlperf.inputs.ranges import GPUS, HEADS, LAYERS, PARALLEL, SEQUENCES, TOKENS, WIDTH, Quantity
 from rlperf.specs.hardware import Cluster
 from rlperf.specs.hardware_catalog import make_cluster
 from rlperf.specs.model import ModelSpec
@@ -92,6 +94,67 @@ def shipped_csv() -> Path:
     return Path(str(resources.files("rlperf") / "data" / "train_measurements" / SHIPPED))
 
 
+# Each configuration column's plausible range: the row builds a GPT of these sizes and the model
+# divides by the batch sizes and parallel degrees, so each is a positive integer in its range.
+_COLUMN_RANGES: tuple[Quantity, ...] = (GPUS, SEQUENCES, SEQUENCES, WIDTH, HEADS, LAYERS, TOKENS, PARALLEL, PARALLEL,
+                                        PARALLEL)
+# A measured iteration runs at least a forward, a backward and an optimizer kernel, each launched
+# in microseconds, so anything under 1 us is not a measured iteration (a unit mix-up); the ceiling
+# is the day of rlperf.inputs.ranges.TASK_S (1e300 ms is a typo, not a measurement).
+ITERATION_MS = Quantity("ms", 1e-3, 86_400e3, "a training iteration: milliseconds to minutes")
+
+
+def _cell(p: Path, line: int, row: Sequence[str], col: int) -> str:
+    if col >= len(row):
+        raise SpecError("train_csv", f"{p} line {line}: {len(row)} columns, column '{COLUMNS[col]}' is missing",
+                        f"the {len(COLUMNS)} columns {','.join(COLUMNS)}")
+    return row[col].strip()
+
+
+def _parse_row(p: Path, line: int, row: Sequence[str]) -> TrainMeasurement:
+    """One row, every column checked on its own (the message names the line and the column)."""
+    ints: list[int] = []
+    for col, q in enumerate(_COLUMN_RANGES):
+        text = _cell(p, line, row, col)
+        try:
+            v = int(text)
+        except ValueError:
+            raise SpecError("train_csv", f"{p} line {line}, column '{COLUMNS[col]}': {text!r} is not an integer",
+                            f"an integer, {q.allowed}") from None
+        q.require(f"train_csv: {p} line {line}, column '{COLUMNS[col]}'", v)
+        ints.append(v)
+    text = _cell(p, line, row, 10)
+    try:
+        ms = float(text)
+    except ValueError:
+        ms = math.nan
+    if not math.isfinite(ms):
+        raise SpecError("train_csv", f"{p} line {line}, column '{COLUMNS[10]}': {text!r} is not a finite number",
+                        f"a number, {ITERATION_MS.allowed}")
+    ITERATION_MS.require(f"train_csv: {p} line {line}, column '{COLUMNS[10]}'", ms)
+    g, gbs, mbs, h, heads, layers, seq, tp, dp, pp = ints
+    m = TrainMeasurement(g, gbs, mbs, h, heads, layers, seq, tp, dp, pp, ms / 1e3)
+    where = f"train_csv: {p} line {line}"
+    if m.tp * m.dp * m.pp != m.num_gpus:
+        raise SpecError(where, f"tensor x data x pipeline parallelism = {m.tp * m.dp * m.pp} is not the "
+                        f"# GPUs ({m.num_gpus})", "tp x dp x pp = # GPUs")
+    if m.global_batch % (m.micro_batch * m.dp):
+        raise SpecError(where, f"global batch {m.global_batch} is not a multiple of micro batch x data parallelism "
+                        f"({m.micro_batch * m.dp})", "micro batch x dp dividing the global batch")
+    # the GPT of the row splits its hidden size over the heads and its heads over tp (Megatron),
+    # and gives each pipeline stage at least one layer (rlperf.specs.parallel.check_train_layout)
+    if m.hidden_size % m.num_heads:
+        raise SpecError(where, f"attention heads {m.num_heads} do not divide the hidden size {m.hidden_size}",
+                        "attention heads dividing the hidden size")
+    if m.num_heads % m.tp:
+        raise SpecError(where, f"tensor parallelism {m.tp} does not divide the attention heads {m.num_heads}",
+                        "tp dividing the attention heads")
+    if m.pp > m.num_layers:
+        raise SpecError(where, f"pipeline parallelism {m.pp} exceeds the # layers {m.num_layers}",
+                        "pp <= # layers")
+    return m
+
+
 def load_train_csv(path: str | Path) -> tuple[TrainMeasurement, ...]:
     """Rows of a file in vTrain's column format (a UTF-8 BOM is allowed)."""
     p = Path(path)
@@ -101,21 +164,7 @@ def load_train_csv(path: str | Path) -> tuple[TrainMeasurement, ...]:
         rows = list(csv.reader(f))
     if not rows or tuple(c.strip() for c in rows[0]) != COLUMNS:
         raise SpecError("train_csv", f"{p}: the header must be vTrain's columns", ",".join(COLUMNS))
-    out = []
-    for i, r in enumerate(rows[1:], start=2):
-        if not r:
-            continue
-        try:
-            g, gbs, mbs, h, heads, layers, seq, tp, dp, pp = (int(x) for x in r[:10])
-            ms = float(r[10])
-        except (ValueError, IndexError):
-            raise SpecError("train_csv", f"{p} line {i}: expected 10 integers and a time in ms") from None
-        m = TrainMeasurement(g, gbs, mbs, h, heads, layers, seq, tp, dp, pp, ms / 1e3)
-        if m.tp * m.dp * m.pp != m.num_gpus or m.global_batch % (m.micro_batch * m.dp) or ms <= 0:
-            raise SpecError("train_csv", f"{p} line {i}: tp x dp x pp must be the GPUs, micro batch x dp "
-                            "must divide the global batch, the time must be > 0")
-        out.append(m)
-    return tuple(out)
+    return tuple(_parse_row(p, i, r) for i, r in enumerate(rows[1:], start=2) if r)
 
 
 @cache
@@ -166,7 +215,13 @@ def predict_all(
 ) -> np.ndarray:
     """Predicted times of ``rows`` (seconds), with profile fields ``overrides`` applied."""
     clusters = _clusters(gpu, profile_path, (m.num_gpus for m in rows), **overrides)
-    return np.array([predict_one(m, clusters[m.num_gpus]) for m in rows])
+    out = np.empty(len(rows))
+    for i, m in enumerate(rows):
+        try:
+            out[i] = predict_one(m, clusters[m.num_gpus])
+        except SpecError as e:  # e.g. a row the model says does not fit: name the row, not only the stage
+            raise SpecError("train_csv", f"row {m.config_key}: {e.field}: {e.problem}", e.allowed) from None
+    return out
 
 
 @dataclass(frozen=True)

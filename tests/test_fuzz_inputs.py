@@ -442,7 +442,7 @@ def test_verl_overrides_found_by_hand(tmp_path: Path, override: str, contains: s
 
 @pytest.mark.parametrize("option, contains", [
     (["--mean-response-tokens", "-5"], "--mean-response-tokens: -5 tokens"),  # was named data.max_response_length
-    (["--gpu", "Z100"], "gpu: unknown name 'Z100'"),  # was written into the scenario
+    (["--gpu", "Z100"], "--gpu: unknown name 'Z100'"),  # was written into the scenario, then named gpu:
 ])
 def test_import_options_found_by_hand(tmp_path: Path, option: list[str], contains: str) -> None:
     script = write(tmp_path / "run.sh", "python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B "

@@ -27,6 +27,8 @@ def frameworks_cmd(
     """The support matrix: which strategies of the taxonomy each framework supports."""
     from rlperf.frameworks.presets import LEGEND, MARKS, STRATEGY_GROUPS, STRATEGY_TITLES, get_framework, list_frameworks
 
+    if name is not None and not name.strip():
+        raise SpecError("framework", "is empty (an unset shell variable?)", "a framework name, or leave it out")
     presets = [get_framework(name)] if name else list_frameworks()
     if as_json:
         data = [{"name": p.name, "support": {s: {"level": v.level, "note": v.note} for s, v in p.support}} for p in presets]
@@ -93,8 +95,11 @@ def compare_cmd(
 ) -> None:
     """Simulate SCENARIO's workload on its cluster as each framework would run it by default."""
     from rlperf.frameworks.compare import compare_frameworks
+    from rlperf.inputs.ranges import ITERATIONS, check_option
     from rlperf.scenario import load_scenario_spec
 
+    if iterations:  # 0 keeps the scenario's; anything else in simulate's range, checked before the work
+        check_option("--iterations", iterations, ITERATIONS)
     spec = load_scenario_spec(scenario)
     if iterations:
         sim = spec.simulation.model_copy(update={"iterations": iterations, "warmup": min(spec.simulation.warmup, iterations - 1)})
@@ -154,7 +159,10 @@ def import_cmd(
         claim([out], force, "--out")
     from rlperf.specs.hardware_catalog import load_accelerator
 
-    load_accelerator(gpu)  # an unknown name here was written into the scenario, refused only on its use
+    try:  # an unknown name here was written into the scenario, refused only on its use
+        load_accelerator(gpu)
+    except SpecError as err:
+        raise SpecError("--gpu", err.problem, err.allowed) from None
 
     spec, report = load_framework_config(
         kind, config, overrides or [], gpu=gpu, mean_response_tokens=mean_response_tokens or None, env=parse_env(set_ or []), model_config=model_config

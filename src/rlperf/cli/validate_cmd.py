@@ -7,13 +7,19 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from rlperf.cli.app import app
 from rlperf.cli.render import console, table
+
+if TYPE_CHECKING:
+    from rlperf.specs.hardware import Accelerator
+    from rlperf.validation_cases import ValidationCase
 
 
 def _num(x: float) -> str:
@@ -100,6 +106,30 @@ def render_skipped(skipped: tuple[object, ...]) -> None:
     console.print(k)
 
 
+def _accelerator(name: str) -> Accelerator | None:
+    """The catalog's accelerator ``name`` (None if unknown: that is the case's own error)."""
+    from rlperf.errors import SpecError
+    from rlperf.specs.hardware_catalog import load_accelerator
+
+    try:
+        return load_accelerator(name)
+    except SpecError:
+        return None
+
+
+def check_profile_option(profile: Path, cases: Iterable[ValidationCase]) -> None:
+    """``--profile`` checked before the work: the file exists, loads and is a valid profile of the
+    accelerators the cases ran on (a bad file would otherwise fail every case, and exit 0)."""
+    from rlperf.cli.hardware_cmd import check_profile_file, profiles_for
+    from rlperf.scenario import ClusterSpec
+
+    check_profile_file(profile, "--profile")
+    default = str(ClusterSpec.model_fields["gpu"].default)
+    named = {str((sc.get("cluster") or {}).get("gpu", default)) for c in cases for pt in c.points
+             for sc in (pt.scenario, pt.baseline or {})}
+    profiles_for(sorted({acc.id for acc in map(_accelerator, named) if acc is not None}), profile, "--profile")
+
+
 @app.command("validate")
 def validate_cmd(
     cases: Path | None = typer.Option(None, "--cases", help="cases file (default: the shipped rlperf/data/validation_cases.yaml)"),
@@ -113,8 +143,21 @@ def validate_cmd(
     force: bool = typer.Option(False, "--force", help="replace --out / --errors-out files that exist"),
 ) -> None:
     """Compare predictions with published measurements: per case and summarized by metric kind."""
+    from rlperf.errors import SpecError
+
+    if not 0 <= jobs <= 4_096:  # plan's range
+        raise SpecError("--jobs", f"{jobs} is outside the useful range", "0 (all cores) to 4,096")
     if train_csv is not None:
         from rlperf.cli.validate_train_cmd import run_train_validation
+
+        # the training-step score runs in this process and prints its tables: these options
+        # belong to the case validation and would be silently ignored
+        ignored = [name for name, given in (("--cases", cases is not None), ("--json", as_json), ("--jobs", jobs != 0),
+                                            ("--errors-out", errors_out is not None),
+                                            ("--out", out != Path("calibrated-profile.yaml"))) if given]
+        if ignored:
+            raise SpecError("--train-csv", f"scores the training-step model alone; {', '.join(ignored)} would be ignored",
+                            "--train-csv with --profile and --calibrate (fits the per-layer overhead) only")
 
         run_train_validation(train_csv, "a100_80gb_sxm", profile, calibrate)
         return
@@ -127,6 +170,8 @@ def validate_cmd(
     n_jobs = jobs if jobs > 0 else (os.cpu_count() or 1)
     t0 = time.perf_counter()
     cf = load_cases(cases)
+    if profile is not None:
+        check_profile_option(profile, cf.cases)
     prof = str(profile) if profile is not None else None
     # One pool for the whole command: its workers keep their stage caches from the uncalibrated
     # run through every calibration grid point to the calibrated run.

@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from rlperf.cli.app import app
+from rlperf.errors import SpecError
+from rlperf.inputs.ranges import RUN_STEPS
 from rlperf.specs.workload_presets import (
     get_workload_preset,
     list_workload_presets,
@@ -89,7 +91,15 @@ def show(
     seed: Annotated[int, typer.Option(help="Seed of the length draws.")] = 0,
 ) -> None:
     """One preset: quantiles, the lengths sampled for one step, source and assumptions."""
-    preset = get_workload_preset(name)
+    # the command's own argument and options, not the scenario fields they stand for
+    if not 0 <= step < RUN_STEPS.hi:
+        raise SpecError("--step", f"{step:,} is outside the plausible range", f"0 to {RUN_STEPS.hi - 1:,.0f} (a run's steps)")
+    if seed < 0:
+        raise SpecError("--seed", f"{seed} is negative", ">= 0")
+    try:
+        preset = get_workload_preset(name)
+    except SpecError as err:
+        raise SpecError("workload", err.problem, err.allowed) from None
     w = load_workload_preset(name, seed=seed)
     summary = describe(w, step)
     console = _console()

@@ -154,4 +154,4 @@ def test_cli_unknown_preset_is_one_line_exit_2(capsys: pytest.CaptureFixture[str
         main(["workload", "show", "dapo"])
     assert ei.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: workload.preset: unknown name 'dapo'") and "\n" not in err
+    assert err.startswith("error: workload: unknown name 'dapo'") and "\n" not in err  # the argument, not workload.preset

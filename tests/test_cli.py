@@ -145,3 +145,60 @@ def test_numpy_gets_one_blas_thread_unless_the_user_set_one_or_torch_runs(monkey
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
     cli_app._one_blas_thread(["plan"])
     assert os.environ["OPENBLAS_NUM_THREADS"] == "4"
+
+
+
+def _small_scenario(tmp_path: Path, placement: dict[str, object] | None = None, **rollout: object) -> Path:
+    import yaml
+
+    doc = {"name": "small", "model": "Qwen2.5-0.5B", "cluster": {"gpu": "H100", "num_nodes": 1, "gpus_per_node": 4},
+           "workload": {"prompts_per_step": 16, "group_size": 4, "prompt_length": {"kind": "fixed", "tokens": 256},
+                        "response_length": {"kind": "lognormal", "median_tokens": 300, "sigma": 0.9, "cap_tokens": 1024}},
+           "algorithm": {"name": "GRPO", "minibatches": 4},
+           "plan": {"placement": placement or {"kind": "colocated"}, "rollout": {"tp": 1, **rollout},
+                    "layouts": {"actor": {"tp": 1, "zero_stage": 3}}, "mode": {"kind": "sync"}}}
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_a_framework_that_runs_none_of_the_plans_is_an_error_not_the_users_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    # "120 candidates, 120 rejected", and the answer named the scenario's FSDP plan best, which
+    # slime cannot run (it does not run ZeRO)
+    code, out, err = run(["plan", *SMALL, "--framework", "slime"], capsys)
+    assert code == 2 and "best:" not in out
+    last = err.splitlines()[-1]  # after the search's progress lines
+    assert last.startswith("error: --framework: no plan the framework runs is feasible on 4 GPUs (120 candidates): "
+                           "slime does not run ZeRO"), err
+    assert "Traceback" not in err
+
+
+def test_a_users_plan_the_framework_runs_stays_the_answer_when_nothing_else_is_feasible(tmp_path: Path) -> None:
+    from rlperf.api import build_scenario
+    from rlperf.plan.search import local_mapper, search
+    from rlperf.plan.space import SearchOptions
+    from rlperf.specs.plan import Plan
+
+    # a split no framework default uses (they split 2+2)
+    sc, _ = build_scenario(_small_scenario(tmp_path, {"kind": "disaggregated", "rollout_gpus": 3}))
+
+    class OnlyTheUsers:
+        def why_not_plan(self, plan: Plan) -> str | None:
+            return None if plan == sc.plan else "not the user's plan"
+
+    res = search(sc, SearchOptions(top_k=1, plan_filter=OnlyTheUsers()), local_mapper(1), timeline=False)
+    assert res.best.source == "user" and res.best.plan == sc.plan
+
+
+def test_the_progress_line_shows_a_sub_second_step_in_milliseconds() -> None:
+    # "best so far: ... 0 s/step" for a 320 ms step
+    from rlperf.api import build_scenario
+    from rlperf.plan.search import local_mapper, search
+    from rlperf.plan.space import SearchOptions
+
+    sc, _ = build_scenario(None, model="Qwen2.5-0.5B", nodes=1, gpus_per_node=4, prompts=4, group_size=2, max_response=64)
+    lines: list[str] = []
+    res = search(sc, SearchOptions(top_k=2), local_mapper(1), lambda what, done, total: lines.append(what), timeline=False)
+    assert res.best.step_time_s < 1
+    so_far = [x for x in lines if "best so far" in x]
+    assert so_far and all(x.endswith(" ms/step") for x in so_far), so_far

@@ -26,6 +26,7 @@ from rlperf.errors import SpecError
 from rlperf.modes import mode_of
 from rlperf.plan.bound import Bounder, PlanBound
 from rlperf.plan.estimate import Estimate, Estimator
+from rlperf.plan.gap import _s
 from rlperf.plan.space import Candidate, Rejected, SearchOptions, enumerate_candidates, framework_default_plans
 from rlperf.scenario import Scenario
 from rlperf.sim.result import SimResult
@@ -332,6 +333,9 @@ def search(
         if opts.plan_filter is not None and opts.plan_filter.why_not_plan(c.plan) is not None:
             continue
         items.append((sc, c.label, c.plan, _try(ests[sc.cluster.num_gpus], c), "baseline"))
+    # The user's plan is simulated for the comparison even where the framework filter refuses
+    # it, but then it may not stand in as the answer when no other plan is feasible.
+    user_refused = opts.plan_filter.why_not_plan(sc.plan) if opts.plan_filter is not None and include_user_plan else None
     if include_user_plan:
         user = Candidate(sc.plan, "your plan (scenario)")
         items.append((sc, user.label, user.plan, _try(ests[sc.cluster.num_gpus], user), "user"))
@@ -422,7 +426,7 @@ def search(
         if progress:
             # The best so far is one the answer could name (a plan over the staleness limit is not).
             lead = min(eligible(), key=lambda e: (obj(e), e.label), default=None)
-            so_far = f"; best so far: {lead.label} on {lead.num_gpus} GPUs, {lead.step_time_s:.0f} s/step" if lead else ""
+            so_far = f"; best so far: {lead.label} on {lead.num_gpus} GPUs, {_s(lead.step_time_s)}/step" if lead else ""
             progress(f"{sims} plans simulated, {len(live)} could still win{so_far}", searched, budget)
         simulate_batch([(subs[n.gpus], n.cand.label, n.cand.plan, n.estimate, "search") for n in take])
         searched += len(take)
@@ -441,11 +445,12 @@ def search(
     unproven = len(live)
     best_left = min((n.bound_obj for n in live), default=math.inf)
 
-    ok = [e for e in evals if e.sim is not None and e.staleness <= max(opts.max_staleness, 0)]
-    ok += [e for e in evals if e.sim is not None and e.source == "user" and e not in ok]
+    ok = [e for e in evals if e.sim is not None and e.staleness <= max(opts.max_staleness, 0)
+          and (e.source != "user" or user_refused is None)]
+    if user_refused is None:
+        ok += [e for e in evals if e.sim is not None and e.source == "user" and e not in ok]
     if not ok:
-        reasons = "; ".join(sorted({r.reason for r in rejected})[:3])
-        raise SpecError("plan", f"no feasible plan on {sc.cluster.num_gpus} GPUs: {reasons}")
+        raise _nothing_feasible(sc, opts, considered, rejected)
     ranked = sorted((e for e in ok if e.source != "user"), key=lambda e: (obj(e), e.label, e.num_gpus))
     first = ranked[0] if ranked else ok[0]
     best_eval = _with_timeline(subs[first.num_gpus], first) if timeline else first
@@ -471,6 +476,8 @@ def search(
         + (f", {unproven} left unproven" if unproven else ", best proven within the tolerance"),
         f"wall: {t_end - t0:.1f} s; fast estimate {comp} stage-cost evaluations (memoized)",
     ]
+    if user_refused is not None:
+        notes.append(f"your plan is shown for comparison only: {user_refused}")
     if best_eval.sim is not None:
         wd = best_eval.sim.bounds
         notes.append(f"best plan: {wd.ratio:.2f}x its simulated work-depth bound (W/P {wd.work_s / wd.num_gpus:.0f} s, "
@@ -492,6 +499,20 @@ def search(
         pruned=tuple(pruned),
         simulations=sims,
     )
+
+
+def _nothing_feasible(sc: Scenario, opts: SearchOptions, considered: int, rejected: list[Rejected]) -> SpecError:
+    """The error of a search that found no plan it may answer with: its most common reasons.
+    With a framework filter it is the ``--framework`` option's (the reasons name the framework)."""
+    from collections import Counter
+
+    counts = Counter(r.reason for r in rejected).most_common(3)
+    reasons = "; ".join(f"{reason} ({n} plan{'s' if n > 1 else ''})" for reason, n in counts) or "none simulated"
+    where = f"on {sc.cluster.num_gpus} GPUs ({considered} candidates)"
+    if opts.plan_filter is None:
+        return SpecError("plan", f"no feasible plan {where}: {reasons}")
+    return SpecError("--framework", f"no plan the framework runs is feasible {where}: {reasons}",
+                     "a framework that runs these plans (`rlperf frameworks`), or a plan it runs in the scenario")
 
 
 def _try(est: Estimator, c: Candidate) -> Estimate | None:

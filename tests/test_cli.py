@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "src" / "rlperf" / "frameworks" / "examples"
 SMALL = ["--model", "Qwen2.5-0.5B", "--nodes", "1", "--gpus-per-node", "4", "--prompts", "16", "--group-size", "4",
          "--max-response", "1024", "--top-k", "1", "--jobs", "1"]
+NO_CAP = [a for i, a in enumerate(SMALL) if "--max-response" not in SMALL[max(i - 1, 0): i + 1]]
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -50,6 +51,12 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     (["plan", "--from", "verl", str(EXAMPLES / "verl_grpo_qwen2.5_7b.yaml"), "--prompts", "3"],
      "--prompts: is set by the framework config"),
     (["plan", "--from", "verl", str(EXAMPLES / "verl_grpo_qwen2.5_7b.yaml"), "--gpu", "Z100"], "gpu: unknown name 'Z100'"),
+    # a mean of at most 1 token: refused late, as mean_tokens, and --lengths after the whole search
+    (["plan", *NO_CAP, "--max-response", "3"], "--max-response: 3 tokens is too short for assumed response lengths"),
+    (["plan", *SMALL, "--mean-response", "1.0"], "--mean-response: 1 tokens is not above 1"),
+    (["plan", *SMALL, "--lengths", "1,2"], "--lengths: 1 tokens is not above 1"),
+    (["plan", *SMALL, "--steps", "10", "--end-mean-response", "0"], "--end-mean-response: 0 tokens is not above 1"),
+    (["plan", *SMALL, "--steps", "10", "--end-mean-response", "nan"], "--end-mean-response: nan tokens is not a number"),
 ])
 def test_bad_input_is_one_line_naming_the_field(args: list[str], field: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(args, capsys)
@@ -202,3 +209,29 @@ def test_the_progress_line_shows_a_sub_second_step_in_milliseconds() -> None:
     assert res.best.step_time_s < 1
     so_far = [x for x in lines if "best so far" in x]
     assert so_far and all(x.endswith(" ms/step") for x in so_far), so_far
+
+
+def test_an_infeasible_plan_of_the_scenario_is_reported_under_its_field_beside_the_best(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The search went on and answered, then the memory of the user's plan failed as "engine.tp".
+    code, out, err = run(["plan", "-s", str(_small_scenario(tmp_path, tp=3)), "--top-k", "1", "--jobs", "1", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["best"]["step_time_s"] > 0
+    assert doc["user_plan"]["error"].startswith("plan.rollout.tp: 3 GPUs cannot share")
+
+
+def test_a_scenario_cap_too_short_for_assumed_lengths_names_the_file_field(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    path = _small_scenario(tmp_path)
+    doc = yaml.safe_load(path.read_text())
+    doc["workload"]["response_length"].update(median_tokens=2, cap_tokens=4)
+    path.write_text(yaml.safe_dump(doc))
+    code, _, err = run(["plan", "-s", str(path), "--top-k", "1", "--jobs", "1"], capsys)
+    assert code == 2
+    assert err.splitlines() == [
+        f"error: {path}:workload.response_length.cap_tokens: 4 tokens is too short for assumed response lengths "
+        "(mean cap/3, step-time range down to cap/4: each must be above 1 token); allowed: >= 5, or state --mean-response "
+        "(1 < mean < max response)"], err

@@ -257,6 +257,8 @@ def plan(
     from rlperf.plan.memory_breakdown import concrete_plan, memory_breakdown
     from rlperf.plan.search import local_mapper, resized, search
     from rlperf.plan.space import SearchOptions
+    from rlperf.scenario import scenario_path
+    from rlperf.specs.response_lengths import check_assumed_cap, check_mean_tokens
 
     if objective not in ("time", "cost", "throughput_per_gpu"):
         raise SpecError("--objective", f"unknown {objective!r}", "time, cost, throughput_per_gpu")
@@ -266,13 +268,20 @@ def plan(
         raise SpecError("--end-mean-response", "needs --steps (the run it grows over)")
     preset = get_framework(framework) if framework else None
     sc, choice = resolved or build_scenario(scenario, **question)
+    # Before the search: each is simulated only after it (a mean at or above the cap was read
+    # as the cap, silently; a mean of 1 failed after the whole search).
     cap = sc.workload.max_response_tokens
-    if end_mean_response is not None and not 1 <= end_mean_response < cap:
-        raise SpecError("--end-mean-response", f"{end_mean_response:,.0f} tokens is not below the response cap {cap:,}",
-                        "1 <= end mean < max response")
-    for mean in lengths or ():  # a mean at or above the cap was read as the cap, silently
-        if not 1 <= mean < cap:
-            raise SpecError("--lengths", f"{mean:,.0f} tokens is not below the response cap {cap:,}", "1 <= mean < max response")
+    if end_mean_response is not None:
+        check_mean_tokens("--end-mean-response", end_mean_response, cap)
+    for mean in lengths or ():
+        check_mean_tokens("--lengths", mean, cap)
+    if not choice.stated and question.get("max_response") is None:
+        # The scenario's (or an import's) own lengths, assumed: the step-time range simulates
+        # them at shorter means (an option's cap was checked with the lengths it chose).
+        try:
+            check_assumed_cap("workload.response_length.cap_tokens", cap)
+        except SpecError as err:
+            raise (err if resolved else err.in_source(scenario_path(scenario or DEFAULT_SCENARIO))) from None
     mapper = mapper or local_mapper()
     opts = SearchOptions(max_staleness=max_staleness, top_k=top_k, objective=objective, plan_filter=preset,
                          fine_splits_at_gpus=sc.cluster.num_gpus if fine_splits else None)
@@ -296,6 +305,10 @@ def plan(
     if progress and lengths:
         progress(f"length sweep: the best plan at {len(lengths)} mean lengths", 0, 1)
     sweep = tuple(_simulate_at(on, [float(m) for m in lengths], [0] * len(lengths), mapper))
+    # The user's plan is only compared: one the simulator refused (its reason is in the search
+    # result, under the scenario's field) has no memory to show, and must not fail the answer.
+    feasible_user = res.user is not None and res.user.sim is not None
+    user_memory = memory_breakdown(sc, sc.plan, sc.cluster.num_gpus) if feasible_user else ()
     launch = None
     if preset is not None:
         export = _EXPORTERS.get(preset.name.lower())
@@ -303,7 +316,7 @@ def plan(
     return PlanAnswer(
         question=sc, lengths=choice, search=res, best_plan=concrete_plan(best.plan, best.num_gpus),
         interval=interval, memory=memory_breakdown(sc, best.plan, best.num_gpus),
-        user_memory=memory_breakdown(sc, sc.plan, sc.cluster.num_gpus), explanation=explanation,
+        user_memory=user_memory, explanation=explanation,
         run=run, sweep=sweep, framework=preset.name if preset else None, launch=launch,
     )
 

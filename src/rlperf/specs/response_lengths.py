@@ -74,11 +74,12 @@ def choose_response_lengths(
         raise SpecError(given[1], f"given together with {given[0]}", "one of --mean-response, --median-response, --length-preset")
     if cap_tokens < 2:
         raise SpecError("--max-response", f"{cap_tokens} tokens", ">= 2")
-    for flag, value in (("--mean-response", mean_tokens), ("--median-response", median_tokens)):
-        if value is not None and not 1 <= value < cap_tokens:
-            where = "below 1" if value < 1 else f"not below the response cap {cap_tokens:,}" if value >= cap_tokens else "not a number"
-            shown = f"{value:,.0f}" if abs(value) < 1e9 else f"{value:.3g}"
-            raise SpecError(flag, f"{shown} tokens is {where}", f"1 <= {flag[2:]} < max response")
+    if mean_tokens is not None:
+        check_mean_tokens("--mean-response", mean_tokens, cap_tokens)
+    if median_tokens is not None and not 1 <= median_tokens < cap_tokens:  # a median of 1 the model takes
+        where = "below 1" if median_tokens < 1 else "not a number" if math.isnan(median_tokens) else \
+            f"not below the response cap {cap_tokens:,}"
+        raise SpecError("--median-response", f"{_tokens(median_tokens)} tokens is {where}", "1 <= median-response < max response")
     if mean_tokens is not None:
         return LengthChoice(LogNormalLength.from_mean(mean_tokens, RESPONSE_SIGMA, cap_tokens),
                             f"--mean-response {mean_tokens:,.0f} (sigma {RESPONSE_SIGMA:g})", stated=True)
@@ -93,13 +94,47 @@ def choose_response_lengths(
         mean = p.workload.response_length.mean_tokens()
         published = any(k == "mean_response_tokens" for k, _ in p.published)
         if not published:
+            check_assumed_cap("--max-response", cap_tokens)
             mean = cap_tokens * MEAN_OVER_CAP
         mean = min(mean, cap_tokens * 0.99)
         why = f"published mean of {p.name} ({p.source})" if published else f"{p.name} publishes no mean: cap/3"
         return LengthChoice(LogNormalLength.from_mean(mean, RESPONSE_SIGMA, cap_tokens), f"--length-preset {p.name}: {why}", stated=published)
     if scenario_lengths is not None and scenario_lengths.cap_tokens == cap_tokens:
         return LengthChoice(scenario_lengths, f"from {scenario_name}")
+    check_assumed_cap("--max-response", cap_tokens)
     return LengthChoice(LogNormalLength.from_mean(cap_tokens * MEAN_OVER_CAP, RESPONSE_SIGMA, cap_tokens), DEFAULT_SOURCE)
+
+
+def check_mean_tokens(option: str, mean_tokens: float, cap_tokens: int) -> None:
+    """Refuse a mean response length the model cannot take, naming ``option``: a response has
+    at least one token, so only a mean strictly above 1 has a spread (``LogNormalLength.from_mean``),
+    and a mean at the cap would truncate every response."""
+    if 1 < mean_tokens < cap_tokens:
+        return
+    where = "not above 1" if mean_tokens <= 1 else f"not below the response cap {cap_tokens:,}" if mean_tokens >= cap_tokens \
+        else "not a number"
+    raise SpecError(option, f"{_tokens(mean_tokens)} tokens is {where}", f"1 < {option.lstrip('-')} < max response ({cap_tokens:,})")
+
+
+# Assumed (not stated) lengths need a cap above 4 tokens: their mean is cap/3, and `rlperf plan`
+# simulates the step-time range of assumed lengths down to a mean of cap/4 (the floor of
+# rlperf.accuracy.ErrorData.implied_means); a mean must be above 1 token (check_mean_tokens).
+MIN_ASSUMED_CAP_TOKENS = 5
+
+
+def check_assumed_cap(field: str, cap_tokens: int) -> None:
+    """Refuse a cap too short for assumed response lengths (see :data:`MIN_ASSUMED_CAP_TOKENS`)."""
+    if cap_tokens < MIN_ASSUMED_CAP_TOKENS:
+        raise SpecError(field, f"{cap_tokens} tokens is too short for assumed response lengths (mean cap/3, "
+                        "step-time range down to cap/4: each must be above 1 token)",
+                        f">= {MIN_ASSUMED_CAP_TOKENS}, or state --mean-response (1 < mean < max response)")
+
+
+def _tokens(value: float) -> str:
+    """A token count as typed: whole numbers with separators, others in 6 significant digits."""
+    if math.isfinite(value) and abs(value) < 1e9 and value == int(value):
+        return f"{value:,.0f}"
+    return f"{value:.6g}"
 
 
 def scenario_lengths(sc: Scenario) -> LengthChoice:

@@ -57,6 +57,10 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     (["plan", *SMALL, "--lengths", "1,2"], "--lengths: 1 tokens is not above 1"),
     (["plan", *SMALL, "--steps", "10", "--end-mean-response", "0"], "--end-mean-response: 0 tokens is not above 1"),
     (["plan", *SMALL, "--steps", "10", "--end-mean-response", "nan"], "--end-mean-response: nan tokens is not a number"),
+    # output paths: an empty one wrote into the current folder; --force alone did nothing
+    (["plan", *SMALL, "--report", ""], "--report: is empty"),
+    (["plan", *SMALL, "--force"], "--force: is read only with --report"),
+    (["simulate", "grpo-qwen2.5-7b-colocated-sync", "--out", ""], "--out: is empty"),
 ])
 def test_bad_input_is_one_line_naming_the_field(args: list[str], field: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(args, capsys)
@@ -235,3 +239,16 @@ def test_a_scenario_cap_too_short_for_assumed_lengths_names_the_file_field(
         f"error: {path}:workload.response_length.cap_tokens: 4 tokens is too short for assumed response lengths "
         "(mean cap/3, step-time range down to cap/4: each must be above 1 token); allowed: >= 5, or state --mean-response "
         "(1 < mean < max response)"], err
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc (no files can be made in it)")
+@pytest.mark.parametrize("args", [["plan", *SMALL, "--report", "/proc/rlperf-report"],
+                                  ["simulate", "grpo-qwen2.5-7b-colocated-sync", "--out", "/proc/rlperf-out"]])
+def test_an_output_folder_that_cannot_be_written_is_refused_before_the_work(
+        args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # os.access says yes to root anywhere: the plan ran, then failed with a bare "[Errno 2]"
+    code, _, err = run(args, capsys)
+    assert code == 2
+    lines = err.splitlines()  # one line: no progress of a search first
+    assert len(lines) == 1 and lines[0].startswith(f"error: {args[-2]}: cannot write in '/proc' ("), err
+    assert lines[0].endswith("); allowed: a writable folder"), err

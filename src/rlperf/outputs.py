@@ -36,7 +36,10 @@ def safe_name(name: str, default: str = "scenario") -> str:
 
 
 def output_folder(folder: str | Path, option: str) -> Path:
-    """``folder`` if it is a folder or does not exist yet (created later); else a SpecError."""
+    """``folder`` if it is a folder or does not exist yet (created later); else a SpecError.
+    Give the option's text (a ``str``): an empty one would become ``Path(".")``, the current folder."""
+    if not str(folder).strip():
+        raise SpecError(option, "is empty (an unset shell variable?)", "a folder path, or leave the option out")
     p = Path(folder)
     try:
         if p.exists() and not p.is_dir():
@@ -68,8 +71,15 @@ def _check_writable(folder: Path, option: str) -> None:
         here = here.parent
     if not here.is_dir():
         raise SpecError(option, f"{show_path(here)!r} is a file, not a folder", "a path inside a folder")
-    if not os.access(here, os.W_OK | os.X_OK):
-        raise SpecError(option, f"cannot write in {show_path(here)!r} (permission denied)", "a writable folder")
+    # A file made and removed there, not os.access: as root access() says yes to any folder,
+    # and a read-only or virtual file system (/proc, /sys) refuses only the write itself.
+    try:
+        fd, probe = tempfile.mkstemp(dir=here, prefix=".rlperf-probe.", suffix=".tmp")
+    except OSError as err:
+        raise SpecError(option, f"cannot write in {show_path(here)!r} ({err.strerror or type(err).__name__})",
+                        "a writable folder") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def write_text(path: str | Path, text: str) -> Path:

@@ -66,12 +66,12 @@ def plan_cmd(
     set_: list[str] = typer.Option(None, "--set", help="with --from: NAME=VALUE for a variable the launch script reads"),
     model_config: str = typer.Option(None, "--model-config", help="config.json (or its folder) for a model id the catalog does not know"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON (schema: docs/plan.schema.json)"),
-    report: Path = typer.Option(None, "--report", help="write a self-contained HTML report into this folder"),
+    report: str = typer.Option(None, "--report", help="write a self-contained HTML report into this folder"),
     explain_: bool = typer.Option(False, "--explain", help="list rejected plans with their reasons"),
     executor: str = typer.Option("local", help="local (process pool over local cores) | ray"),
     jobs: int = typer.Option(0, help="worker processes for the local executor (0: all cores; none on 1-2 cores)"),
     hardware_profile: Path = typer.Option(None, "--hardware-profile", help="hardware profile file (e.g. from `rlperf calibrate`)"),
-    force: bool = typer.Option(False, "--force", help="replace a report that exists"),
+    force: bool = typer.Option(False, "--force", help="with --report: replace a report that exists"),
 ) -> None:
     """Search placements, parallel layouts and execution modes; print the best plan, its interval,
     the run's totals, its memory and the framework config to launch it."""
@@ -98,6 +98,8 @@ def plan_cmd(
         from rlperf.report.html import REPORT_NAME
 
         claim([output_folder(report, "--report") / REPORT_NAME], force, "--report")
+    elif force:  # it replaces only the report: alone it did nothing, silently
+        raise SpecError("--force", "is read only with --report", "give --report FOLDER, or leave --force out")
     sweep = [parse_token_count(x, "--lengths") for x in lengths.split(",")] if lengths else []
     import_report = None
     resolved = None
@@ -164,7 +166,7 @@ def plan_cmd(
     if report is not None:
         from rlperf.report.html import write_report
 
-        path = write_report(report, ans)
+        path = write_report(Path(report), ans)
         if not as_json:
             console.print(f"report: {path}")
 

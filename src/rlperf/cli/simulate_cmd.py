@@ -41,7 +41,7 @@ def render_result(r: SimResult) -> None:
 @app.command("simulate")
 def simulate_cmd(
     scenario: str = typer.Argument(..., help="scenario YAML file or shipped example name (see `rlperf scenarios`)"),
-    out: Path = typer.Option(Path("out"), "--out", help="folder for result.json and trace.json"),
+    out: str = typer.Option("out", "--out", help="folder for result.json and trace.json"),
     iterations: int = typer.Option(0, help="override simulation.iterations (0: keep)"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of tables"),
     force: bool = typer.Option(False, "--force", help="replace result and trace files that exist"),
@@ -58,10 +58,10 @@ def simulate_cmd(
 
     if iterations:
         check_option("--iterations", iterations, ITERATIONS)
+    folder = output_folder(out, "--out")  # the option's text: an empty one is refused, not read as "."
     sc = load_scenario(scenario)
-    out = output_folder(out, "--out")
-    res_path = out / f"{safe_name(sc.name)}.result.json"
-    trace_path = out / f"{safe_name(sc.name)}.trace.json"
+    res_path = folder / f"{safe_name(sc.name)}.result.json"
+    trace_path = folder / f"{safe_name(sc.name)}.trace.json"
     claim((res_path, trace_path), force, "--out")  # before the simulation, not after it
     try:
         r = simulate(sc, iterations or None)

@@ -208,15 +208,20 @@ def export_cmd(
     to: str = typer.Option(..., "--to", help="verl or openrlhf"),
 ) -> None:
     """Say SCENARIO's plan as verl overrides or an OpenRLHF command line; list what cannot be said."""
+    from rlperf.frameworks.common import check_runnable
     from rlperf.frameworks.openrlhf_export import export_openrlhf
     from rlperf.frameworks.verl_export import export_verl
-    from rlperf.scenario import load_scenario_spec
+    from rlperf.scenario import load_scenario, scenario_path
 
-    spec = load_scenario_spec(scenario)
     exporters = {"verl": export_verl, "openrlhf": export_openrlhf}
     if to.lower() not in exporters:
         raise SpecError("--to", f"unknown framework {to!r}", ", ".join(exporters))
-    result = exporters[to.lower()](spec)
+    sc = load_scenario(scenario)
+    try:  # a plan `rlperf simulate` refuses would be written as a config that cannot run
+        check_runnable(sc)
+    except SpecError as err:  # as simulate names it: the file's field
+        raise (err.in_source(scenario_path(scenario)) if err.field.startswith("plan.") else err) from None
+    result = exporters[to.lower()](sc)
     typer.echo(result.command_line())
     for n in result.notes:
         console.print(f"note: {n}")

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from rlperf.errors import SpecError, one_line
 from rlperf.frameworks.shell_script import NOT_RUN
 from rlperf.frameworks.report import Recorder
-from rlperf.scenario import ScenarioSpec, resolve_workload
+from rlperf.scenario import Scenario, ScenarioSpec, resolve_workload
 from rlperf.specs.lengths import LogNormalLength
 from rlperf.specs.parallel import TrainLayout
 from rlperf.specs.plan import PLACEMENT_KEYS, Pool
@@ -192,9 +192,12 @@ def workload_notes(spec: ScenarioSpec, framework: str) -> list[str]:
     (a configuration carries only the caps)."""
     caps = workload_caps(spec)
     scratch = Recorder(framework, "export")
-    generic = generic_workload(
-        caps.prompts_per_step, caps.group_size, caps.prompt_cap_tokens, caps.response_cap_tokens, None, scratch
-    )
+    try:
+        generic = generic_workload(
+            caps.prompts_per_step, caps.group_size, caps.prompt_cap_tokens, caps.response_cap_tokens, None, scratch
+        )
+    except SpecError:  # a cap too short for the cap/3 rule: a re-import needs the mean given
+        generic = None
     if {**dict(spec.workload), "max_total_tokens": None} == generic:  # the joint cap is said apart (max_model_len)
         return []
     mean = resolve_workload(spec.workload).response_length.mean_tokens()
@@ -202,6 +205,19 @@ def workload_notes(spec: ScenarioSpec, framework: str) -> list[str]:
         f"workload length distributions: {framework} configs hold only the caps; a re-import uses the"
         f" generic log-normal rule (pass mean_response_tokens={mean:.0f} to keep the mean)"
     ]
+
+
+def check_runnable(sc: Scenario) -> None:
+    """Refuse a plan the simulator refuses, with its error: the checks ``rlperf simulate`` makes
+    before its first event (each role's layout against its model, the rollout engine's against
+    the actor, every pool large enough for one model replica), made by building the simulator
+    (:class:`rlperf.sim.simulate.Simulator`) without running it. An export calls this first: a
+    config for such a plan would not run in the framework either."""
+    from rlperf.sim.costs import AnalyticCosts
+    from rlperf.sim.run import sim_config
+    from rlperf.sim.simulate import Simulator
+
+    Simulator(sim_config(sc), AnalyticCosts(sc, timeline=False))
 
 
 def compact_layouts(layouts: dict[str, TrainLayout]) -> dict[str, TrainLayout]:

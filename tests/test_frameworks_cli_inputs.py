@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from rlperf.errors import SpecError
+from rlperf.frameworks import load_framework_config
 from tests.helpers.cli import assert_one_line_error, invoke
 
 SCRIPT = """python3 -m verl.trainer.main_ppo \\
@@ -78,3 +80,25 @@ def test_export_of_a_cap_too_short_for_the_generic_rule_says_so(tmp_path: Path) 
     path.write_text(text.replace("median_tokens: 300, sigma: 0.9, cap_tokens: 1024", "median_tokens: 2, sigma: 0.9, cap_tokens: 3"))
     res = invoke(["export", str(path), "--to", "verl"])  # was an error about the cap/3 rule's mean
     assert res.code == 0 and "pass mean_response_tokens=2 to keep the mean" in " ".join(res.out.split())
+
+
+# ---------------------------------------------------------------------- 6. the response cap and its mean
+def test_a_short_cap_blames_the_cap_and_a_bad_mean_the_option(script: Path) -> None:
+    short = edited(script, "data.max_response_length=1024", "data.max_response_length=2")
+    line = one_error(["plan", "--from", "verl", str(short)])
+    assert line.startswith("error: data.max_response_length: 2 tokens gives an assumed mean") and "--mean" not in line
+    line = one_error(["import", "verl", str(script), "--mean-response-tokens", "1"])
+    assert line.startswith("error: --mean-response-tokens: 1 tokens is not strictly between 1 and the response cap")
+    line = one_error(["plan", "--from", "verl", str(script), "--mean-response", "1"])
+    assert line.startswith("error: --mean-response: 1 tokens")
+    with pytest.raises(SpecError, match=r"^--generate_max_len: 2 tokens gives an assumed mean"):
+        load_framework_config("openrlhf", "--pretrain Qwen/Qwen2.5-0.5B --remote_rm_url http://rm --generate_max_len 2")
+
+
+# ---------------------------------------------------------------------- 7. verl's rounding, said
+def test_an_uneven_mini_batch_split_says_how_verl_rounds(script: Path) -> None:
+    three = edited(script, "trainer.n_gpus_per_node=8", "trainer.n_gpus_per_node=3")
+    with pytest.raises(SpecError) as err:
+        load_framework_config("verl", three)
+    assert "the 21 sequences of a mini-batch per GPU (64 (ppo_mini_batch_size x rollout.n) // 3 data-parallel ranks, " \
+        "rounded down as verl does)" in str(err.value)

@@ -136,12 +136,20 @@ def generic_workload(
     keys: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The workload mapping of an imported configuration (see the module docstring); a value the
-    workload refuses is reported under its framework key (``keys``: scenario field -> key)."""
+    workload refuses is reported under its framework key (``keys``: scenario field -> key), a
+    mean the caller gave under ``--mean-response-tokens``, the option that gave it."""
+    given = mean_response_tokens is not None
+    cap_key = (keys or {}).get("workload.response_length", "workload.response_length")
     mean = mean_response_tokens if mean_response_tokens is not None else response_cap_tokens * MEAN_OVER_CAP
-    if not (math.isfinite(mean) and 1 <= mean < response_cap_tokens):  # the caller's, not the config's
-        shown = f"{mean:,.0f}" if math.isfinite(mean) and abs(mean) < 1e9 else f"{mean:.3g}"
-        raise SpecError("--mean-response-tokens", f"{shown} tokens is not within the response cap "
-                        f"{response_cap_tokens:,}", f"1 <= mean < {response_cap_tokens:,}")
+    # The truncated log-normal takes a mean strictly between 1 token and the cap (LogNormalLength).
+    if not (math.isfinite(mean) and 1 < mean < response_cap_tokens):
+        if not given:  # the cap/3 rule's mean: the config's cap is what the user wrote
+            raise SpecError(cap_key, f"{response_cap_tokens:,} tokens gives an assumed mean response length (cap/3) of "
+                            f"{mean:.3g} tokens, not above 1 token", f">= {math.floor(1 / MEAN_OVER_CAP) + 1}, or give the "
+                            "mean response length")
+        shown = f"{mean:,.6g}" if math.isfinite(mean) and abs(mean) < 1e9 else f"{mean:.3g}"
+        raise SpecError("--mean-response-tokens", f"{shown} tokens is not strictly between 1 and the response cap "
+                        f"{response_cap_tokens:,} ({cap_key})", f"1 < mean < {response_cap_tokens:,}")
     if mean_response_tokens is None:
         rec.assume(f"mean response length {mean:,.0f} tokens = cap/3 (not in the config; algorithms.md §6.2)")
     else:

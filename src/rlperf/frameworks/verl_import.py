@@ -747,9 +747,11 @@ class _Importer:
         if given or (self.r.has(legacy) and self.r.flat[legacy] is not None):
             if per_gpu % micro:
                 key = micro_key if given else legacy
+                # verl's //: name the rounding where the mini-batch does not split evenly
+                split = (f"{self.mini_sequences} (ppo_mini_batch_size x rollout.n) // {dp} data-parallel ranks"
+                         + (", rounded down as verl does" if self.mini_sequences % dp else ""))
                 raise SpecError(key, f"{micro} per GPU does not divide the {per_gpu} sequences of a mini-batch per GPU "
-                                f"(ppo_mini_batch_size x rollout.n / {dp} data-parallel ranks); verl asserts it",
-                                f"a divisor of {per_gpu}")
+                                f"({split}); verl asserts it", f"a divisor of {per_gpu}")
 
     def _check_budget(self, key: str, budget: int, cp: int, cp_key: str) -> None:
         """A dynamic-batch token budget holds the longest sequence. verl's workers cut

@@ -4,12 +4,15 @@ silently ignored."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from rlperf.catalog import load_config
 from rlperf.errors import SpecError
 from rlperf.frameworks import load_framework_config
+from rlperf.scenario import resolve
 from tests.helpers.cli import assert_one_line_error, invoke
 
 SCRIPT = """python3 -m verl.trainer.main_ppo \\
@@ -80,6 +83,27 @@ def test_export_of_a_cap_too_short_for_the_generic_rule_says_so(tmp_path: Path) 
     path.write_text(text.replace("median_tokens: 300, sigma: 0.9, cap_tokens: 1024", "median_tokens: 2, sigma: 0.9, cap_tokens: 3"))
     res = invoke(["export", str(path), "--to", "verl"])  # was an error about the cap/3 rule's mean
     assert res.code == 0 and "pass mean_response_tokens=2 to keep the mean" in " ".join(res.out.split())
+
+
+# ---------------------------------------------------------------------- 2, 3. --model-config
+def test_model_config_wins_over_the_catalog(script: Path, tmp_path: Path) -> None:
+    deep = {**load_config("Qwen2.5-0.5B"), "num_hidden_layers": 96}
+    path = tmp_path / "deep.json"
+    path.write_text(json.dumps(deep))
+    spec, report = load_framework_config("verl", script, model_config=str(path))
+    assert spec.model == str(path) and resolve(spec).models["actor"].num_layers == 96
+    assert any("(--model-config, which wins over the catalog)" in a for a in report.assumptions)
+    plain, _ = load_framework_config("verl", script)
+    assert plain.model == "Qwen2.5-0.5B"
+
+
+@pytest.mark.parametrize("given, problem", [
+    ("/nonexistent/config.json", "--model-config: file not found: '/nonexistent/config.json'"),
+    (".", "--model-config: no config.json in the folder '.'"),
+])
+def test_model_config_that_is_not_there_names_the_option(given: str, problem: str, script: Path) -> None:
+    for args in (["plan", "--from", "verl", str(script)], ["import", "verl", str(script)]):
+        assert problem in one_error([*args, "--model-config", given])
 
 
 # ---------------------------------------------------------------------- 6. the response cap and its mean

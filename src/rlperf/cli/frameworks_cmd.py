@@ -138,7 +138,7 @@ def import_cmd(
     config: str = typer.Argument(..., help="a launch script (*.sh); verl: a YAML or overrides file; OpenRLHF: a file holding the command line"),
     overrides: list[str] = typer.Argument(None, help="verl: Hydra overrides (key=value); OpenRLHF: more arguments after `--`"),
     set_: list[str] = typer.Option(None, "--set", help="NAME=VALUE: a variable the launch script reads from its environment"),
-    model_config: str = typer.Option(None, "--model-config", help="config.json (or its folder) for a model id the catalog does not know"),
+    model_config: str = typer.Option(None, "--model-config", help="the actor's config.json (or its folder): its shapes win over the catalog's; needed for an id the catalog does not know"),
     gpu: str = typer.Option("H100", help="accelerator (framework configs do not name it)"),
     mean_response_tokens: float = typer.Option(0.0, help="mean response length if known (0: cap/3)"),
     out: Path = typer.Option(None, "--out", help="write the scenario YAML here"),

@@ -64,7 +64,7 @@ def plan_cmd(
     config: str = typer.Argument(None, help="with --from: the framework config (verl YAML, or OpenRLHF args file)"),
     override: list[str] = typer.Option(None, "--override", "-o", help="with --from verl: key=value overrides"),
     set_: list[str] = typer.Option(None, "--set", help="with --from: NAME=VALUE for a variable the launch script reads"),
-    model_config: str = typer.Option(None, "--model-config", help="config.json (or its folder) for a model id the catalog does not know"),
+    model_config: str = typer.Option(None, "--model-config", help="the actor's config.json (or its folder): its shapes win over the catalog's; needed for an id the catalog does not know"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON (schema: docs/plan.schema.json)"),
     report: str = typer.Option(None, "--report", help="write a self-contained HTML report into this folder"),
     explain_: bool = typer.Option(False, "--explain", help="list rejected plans with their reasons"),

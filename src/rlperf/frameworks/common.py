@@ -40,14 +40,24 @@ TRAIN_ROLES = ("actor", "critic", "ref", "reward_model", "prm")
 _HF_CACHE = re.compile(r"models--([^/]+?)--([^/]+)(?:/snapshots/[^/]*)?$")
 
 
-def catalog_model(key: str, value: Any, rec: Recorder) -> str:
+def catalog_model(key: str, value: Any, rec: Recorder, *, actor: bool = False) -> str:
     """The catalog name of a checkpoint path or hub id (``/models/Qwen2.5-7B-Instruct`` ->
-    ``Qwen2.5-7B``); a local folder holding a ``config.json`` is kept as a path."""
+    ``Qwen2.5-7B``); a local folder holding a ``config.json`` is kept as a path.
+
+    ``--model-config`` (``rec.model_config``) is the actor's model: for the actor's path
+    (``actor``), and any other role's that names the same checkpoint, it wins over the catalog
+    and over the folder's own config.json (an explicit option is never silently ignored); for
+    another path it stands in only where the catalog does not know the id."""
     from rlperf.catalog import ALIASES, resolve_name
 
     if isinstance(value, bool) or value is None or not str(value).strip():  # `--pretrain` alone, `path=`
         raise SpecError(key, f"no model given (got {value!r})", "a hub id or a checkpoint path")
     text = str(value).rstrip("/")
+    if rec.model_config is not None and (actor or text == rec.actor_model):
+        rec.actor_model = text
+        rec.map(key, value, f"model from {rec.model_config} (--model-config)")
+        rec.assume(f"{key}: {text!r}: its shapes are read from {rec.model_config} (--model-config, which wins over the catalog)")
+        return rec.model_config
     if (Path(text).expanduser() / "config.json").is_file():
         rec.map(key, value, "model (local config.json)")
         return text

@@ -82,6 +82,8 @@ def load_framework_config(
         SpecError: bad kind, unreadable file, or a value the scenario cannot take.
     """
     key = kind.lower()
+    if model_config is not None:
+        check_model_config(model_config)
     if key == "verl":
         from rlperf.frameworks.verl_import import import_verl
 
@@ -136,6 +138,27 @@ def load_framework_config(
             raise (reading.explain(err) if reading is not None else err) from None
         return spec, replace(report, warnings=warnings)
     raise SpecError("framework", f"unknown config kind {kind!r}", ", ".join(KINDS))
+
+
+def check_model_config(path: str) -> None:
+    """``--model-config`` reads as a model: a ``config.json``, or a folder holding one. Checked
+    before the import: a path that is not there would be taken for a catalog name later (and
+    refused as an unknown one), the option the user wrote unnamed."""
+    from rlperf.catalog import load_model
+    from rlperf.errors import show_path
+
+    p = Path(path).expanduser()
+    try:
+        found, folder = p.is_file() or (p / "config.json").is_file(), p.is_dir()
+    except OSError:  # e.g. a name too long to be a path
+        found = folder = False
+    if not found:
+        problem = f"no config.json in the folder {show_path(path)!r}" if folder else f"file not found: {show_path(path)!r}"
+        raise SpecError("--model-config", problem, "a model's config.json, or a folder holding one")
+    try:
+        load_model(p)
+    except SpecError as err:  # the file's own errors name the file and its key; this one, the option
+        raise (SpecError("--model-config", err.problem, err.allowed, err.source) if err.field == "model" else err) from None
 
 
 def _is_shell_script(path: str | Path) -> bool:

@@ -219,7 +219,7 @@ class _Importer:
     def run(self) -> tuple[ScenarioSpec, ImportReport]:
         if "pretrain" not in self.values:
             raise SpecError("--pretrain", "missing: the importer needs the actor's model")
-        model = self.model = catalog_model("--pretrain", self.values["pretrain"], self.rec)
+        model = self.model = catalog_model("--pretrain", self.values["pretrain"], self.rec, actor=True)
         name = self._algorithm_name()
         algorithm = self._algorithm(name, model)
         workload, minibatches = self._batches()

@@ -105,7 +105,11 @@ class Recorder:
 
     def __init__(self, framework: str, source: str, model_config: str | None = None) -> None:
         self.model_config = model_config
-        """A config.json (or folder) for the models the catalog does not know (``--model-config``)."""
+        """The actor's config.json (or its folder), ``--model-config``: it wins over the catalog
+        for the actor's path, and stands in for other ids the catalog does not know."""
+        self.actor_model: str | None = None
+        """The actor's path as written, once read with ``model_config`` (another role naming the
+        same checkpoint gets the same shapes)."""
         self.framework = framework
         self.source = source
         self.mapped: dict[str, KeyNote] = {}

@@ -170,7 +170,7 @@ class _Importer:
     # ------------------------------------------------------------------ top level
     def run(self) -> tuple[ScenarioSpec, ImportReport]:
         recipe = self.recipe = self._recipe()
-        model = catalog_model("actor_rollout_ref.model.path", self._required("actor_rollout_ref.model.path"), self.rec)
+        model = catalog_model("actor_rollout_ref.model.path", self._required("actor_rollout_ref.model.path"), self.rec, actor=True)
         algorithm = self._algorithm(model)
         self.models = {"actor": model, "critic": algorithm.get("critic_model") or model}
         roles = self._roles(algorithm["name"], algorithm.get("kl"), algorithm["reward"]["kind"] == "model")

@@ -106,6 +106,39 @@ def test_model_config_that_is_not_there_names_the_option(given: str, problem: st
         assert problem in one_error([*args, "--model-config", given])
 
 
+# ---------------------------------------------------------------------- 4. --set, -o
+def test_a_set_variable_the_script_never_reads_is_refused(script: Path) -> None:
+    line = one_error(["plan", "--from", "verl", str(script), "--set", "BS=16"])
+    assert line.startswith("error: --set: BS: the script never reads $BS")
+    first = edited(script, "data.train_batch_size=16", "data.train_batch_size=$BS")
+    assigned = first.with_name("assigned.sh")
+    assigned.write_text("BS=32\n" + first.read_text())
+    line = one_error(["import", "verl", str(assigned), "--set", "BS=16"])
+    assert line.startswith("error: --set: BS: the script assigns BS before it reads it")
+    spec, _ = load_framework_config("verl", first, env={"BS": "32"})  # read: used, no error
+    assert spec.workload["prompts_per_step"] == 32
+
+
+@pytest.mark.parametrize("item, problem", [("", "-o: is empty"), ("=5", "-o: '=5' names no key"),
+                                           ("~", "-o: '~' names no key")])
+def test_an_override_that_says_nothing_is_refused(item: str, problem: str, script: Path) -> None:
+    assert problem in one_error(["plan", "--from", "verl", str(script), "-o", item])
+    assert problem.replace("-o:", "overrides:") in one_error(["import", "verl", str(script), item])
+
+
+# ---------------------------------------------------------------------- 5. --out
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, a folder nothing can be created in")
+def test_out_in_a_folder_nothing_can_be_written_in(script: Path) -> None:
+    res = invoke(["import", "verl", str(script), "--out", "/proc/x.yaml"])
+    assert assert_one_line_error(res) == "error: --out: cannot write '/proc/x.yaml' (No such file or directory); " \
+        "allowed: a path in a folder you can write"
+    assert "assumed" not in res.out + res.err  # refused before the import
+
+
+def test_empty_out_is_refused(script: Path) -> None:
+    assert "--out: is empty" in one_error(["import", "verl", str(script), "--out", ""])
+
+
 # ---------------------------------------------------------------------- 6. the response cap and its mean
 def test_a_short_cap_blames_the_cap_and_a_bad_mean_the_option(script: Path) -> None:
     short = edited(script, "data.max_response_length=1024", "data.max_response_length=2")

@@ -12,7 +12,7 @@ import typer
 
 from rlperf.cli.app import app
 from rlperf.cli.render import console, fmt_s, table
-from rlperf.errors import SpecError
+from rlperf.errors import SpecError, show_path
 
 if TYPE_CHECKING:
     from rlperf.frameworks.presets import FrameworkPreset
@@ -141,7 +141,7 @@ def import_cmd(
     model_config: str = typer.Option(None, "--model-config", help="the actor's config.json (or its folder): its shapes win over the catalog's; needed for an id the catalog does not know"),
     gpu: str = typer.Option("H100", help="accelerator (framework configs do not name it)"),
     mean_response_tokens: float = typer.Option(0.0, help="mean response length if known (0: cap/3)"),
-    out: Path = typer.Option(None, "--out", help="write the scenario YAML here"),
+    out_: str = typer.Option(None, "--out", help="write the scenario YAML here"),
     force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
 ) -> None:
     """Import a verl config or an OpenRLHF command line as an rlperf scenario; list every key not mapped."""
@@ -153,10 +153,16 @@ def import_cmd(
 
     from rlperf.frameworks.load import KINDS
 
+    for flag, text in (("--out", out_), ("--model-config", model_config), ("--gpu", gpu)):
+        if text is not None and not text.strip():  # a Path("") would be '.', the current folder
+            raise SpecError(flag, "is empty (an unset shell variable?)", "a value, or leave the option out")
     if kind.lower() not in KINDS:  # this command's argument, not the library's field name
         raise SpecError("kind", f"unknown framework {kind!r}", ", ".join(KINDS))
+    check_overrides(kind, overrides or [], "overrides")
+    out = Path(out_) if out_ is not None else None
     if out is not None:
         claim([out], force, "--out")
+        probe_writable(out, "--out")
     from rlperf.specs.hardware_catalog import load_accelerator
 
     try:  # an unknown name here was written into the scenario, refused only on its use
@@ -187,8 +193,45 @@ def import_cmd(
     if out is None:
         typer.echo(text)
     else:
-        write_text(out, text)
+        try:
+            write_text(out, text)
+        except OSError as err:  # e.g. the disk filled since the probe: the path given, not the temporary file's
+            raise SpecError("--out", f"cannot write {show_path(out)!r} ({err.strerror or type(err).__name__})") from None
         console.print(f"wrote {out}")
+
+
+def probe_writable(path: Path, option: str) -> None:
+    """Create and remove a file beside ``path`` (in the nearest folder that exists), so that a
+    folder nothing can be written in (``/proc``; one root may not write although its mode says
+    it may) fails now, naming ``option`` and the path given, not after the work with the name of
+    the temporary file an atomic write uses."""
+    import os
+    import tempfile
+
+    here = path.parent
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    try:
+        fd, name = tempfile.mkstemp(dir=here, prefix=".rlperf-probe.")
+    except OSError as err:
+        raise SpecError(option, f"cannot write {show_path(path)!r} ({err.strerror or type(err).__name__})",
+                        "a path in a folder you can write") from None
+    os.close(fd)
+    os.unlink(name)
+
+
+def check_overrides(kind: str, items: list[str], option: str) -> None:
+    """Refuse overrides that would do nothing or set a key named '' (checked before the import):
+    an empty one (an unset shell variable?) and, for verl, one that is not a Hydra override.
+    OpenRLHF's are more arguments, any word."""
+    from rlperf.frameworks.config_tree import OVERRIDE_FORMS, check_override
+
+    if kind.lower() != "verl":
+        return
+    for item in items:
+        if not item.strip():
+            raise SpecError(option, "is empty (an unset shell variable?)", f"{OVERRIDE_FORMS}, or leave it out")
+        check_override(item, option)
 
 
 def parse_env(items: list[str]) -> dict[str, str]:

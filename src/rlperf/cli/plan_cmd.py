@@ -115,7 +115,7 @@ def plan_cmd(
             raise SpecError("--from", f"unknown framework {from_kind!r}", ", ".join(KINDS))
         if not config:
             raise SpecError("--from", "needs the framework config as an argument")
-        from rlperf.cli.frameworks_cmd import parse_env
+        from rlperf.cli.frameworks_cmd import check_overrides, parse_env
         from rlperf.frameworks import load_framework_config
         from rlperf.scenario import resolve
         from rlperf.specs.response_lengths import LengthChoice
@@ -128,6 +128,7 @@ def plan_cmd(
             if value is not None:
                 raise SpecError(flag, "is set by the framework config given with --from",
                                 "change it in the config (verl: -o key=value; a script variable: --set NAME=VALUE)")
+        check_overrides(from_kind, list(override or []), "-o")
         try:
             spec, import_report = load_framework_config(from_kind, config, list(override or []), env=parse_env(set_ or []),
                                                         model_config=model_config, gpu=gpu or "H100",

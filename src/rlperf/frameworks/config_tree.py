@@ -68,19 +68,33 @@ def parse_value(text: str) -> Any:
         return text
 
 
+OVERRIDE_FORMS = "key=value, +key=value, ++key=value, ~key"
+
+
+def check_override(raw: str, option: str = "overrides") -> None:
+    """Refuse what is not a Hydra override (``OVERRIDE_FORMS``): no ``=``, or no key before it
+    (``=5`` would set a key named ''). ``option`` is the name the user gave it under."""
+    item = raw.strip()
+    key = item[1:].split("=", 1)[0] if item.startswith("~") else item.split("=", 1)[0].lstrip("+")
+    if not item.startswith("~") and "=" not in item:
+        raise SpecError(option, f"{raw!r} is not key=value", OVERRIDE_FORMS)
+    if not key.strip():
+        raise SpecError(option, f"{raw!r} names no key", OVERRIDE_FORMS)
+
+
 def apply_overrides(flat: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """``flat`` with Hydra-style overrides applied in order."""
+    """``flat`` with Hydra-style overrides applied in order (an empty word, as ``""`` in a
+    script, is none)."""
     out = dict(flat)
     for raw in overrides:
         item = raw.strip()
         if not item:
             continue
+        check_override(raw)
         if item.startswith("~"):
             key = item[1:].split("=", 1)[0]
             out = {k: v for k, v in out.items() if k != key and not k.startswith(key + ".")}
             continue
-        if "=" not in item:
-            raise SpecError("overrides", f"{raw!r} is not key=value", "key=value, +key=value, ++key=value, ~key")
         key, text = item.split("=", 1)
         key = key.lstrip("+")
         value = parse_value(text)
@@ -115,6 +129,9 @@ class Environment:
     """Variables the script sets without exporting them: the trainer does not see them."""
     process: Mapping[str, str] | None = None
     """This process's environment (None: ``os.environ``)."""
+    unread: Mapping[str, str] = field(default_factory=dict)
+    """``--set`` names the launch has not read yet -> why (a launch script's reading); an import
+    whose config reads none of them through ``${oc.env:NAME}`` refuses them (they do nothing)."""
 
     def lookup(self, name: str) -> tuple[str | None, str]:
         """The variable's value (None when unset) and where it came from."""
@@ -135,6 +152,8 @@ class Resolution:
     """key -> why its interpolation could not be resolved (an error when the key is read)."""
     env_reads: dict[str, str] = field(default_factory=dict)
     """``${oc.env:...}`` -> where its value came from (for the import's notes)."""
+    env_names: set[str] = field(default_factory=set)
+    """The variables ``${oc.env:NAME}`` read."""
 
 
 def resolve_interpolations(
@@ -194,6 +213,7 @@ class _Scope:
         if expr.startswith("oc.env:"):
             name, comma, default = (part.strip() for part in expr[len("oc.env:") :].partition(","))
             value, source = self.env.lookup(name)
+            self.res.env_names.add(name)
             if value is not None:
                 self.res.env_reads[f"${{{expr}}}"] = f"{name}={value} ({source})"
                 return True, value

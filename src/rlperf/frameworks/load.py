@@ -81,6 +81,8 @@ def load_framework_config(
     Raises:
         SpecError: bad kind, unreadable file, or a value the scenario cannot take.
     """
+    from rlperf.frameworks.shell_script import unused_set_error
+
     key = kind.lower()
     if model_config is not None:
         check_model_config(model_config)
@@ -103,8 +105,9 @@ def load_framework_config(
             config, extra = None, list(path_or_args) + extra
         from rlperf.frameworks.config_tree import Environment
 
+        given = dict(env or {})  # without a script only the config's ${oc.env:NAME} reads them
         return import_verl(config, extra, gpu=gpu, mean_response_tokens=mean_response_tokens, model_config=model_config,
-                           env=Environment(dict(env or {})))
+                           env=Environment(given, unread={n: "the config never reads ${oc.env:" + n + "}" for n in given}))
     if key == "openrlhf":
         from rlperf.frameworks.openrlhf_import import import_openrlhf
 
@@ -130,6 +133,10 @@ def load_framework_config(
                     raise _other_trainer(args, env) or err from None
             if reading is not None:
                 args, warnings = list(reading.invocation.args), reading.warnings
+                if reading.unused_set:  # OpenRLHF's arguments read no environment: only the script
+                    raise reading.explain(unused_set_error(reading.unused_set))
+        if env and reading is None:
+            raise unused_set_error({n: "a bare command line reads no variables" for n in env})
         try:
             spec, report = import_openrlhf(
                 args, overrides, gpu=gpu, mean_response_tokens=mean_response_tokens, model_config=model_config

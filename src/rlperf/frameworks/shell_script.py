@@ -36,8 +36,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar, overload
 
 from rlperf.errors import SpecError
+
+_T = TypeVar("_T")
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?(\+?)=")
@@ -88,6 +91,9 @@ class ScriptReading:
     """The line where the trainer's command ended early: its next line reads as an argument, but
     this one has no line continuation (or a backslash followed by blanks: bash reads ``\\ `` as
     an escaped blank, then the newline ends the command)."""
+    unused_set: Mapping[str, str] = field(default_factory=dict)
+    """``--set`` name -> why the script's command line does not depend on it (never read, or
+    assigned by the script first); a verl config may still read it through ``${oc.env:NAME}``."""
 
     def explain(self, err: SpecError) -> SpecError:
         """``err`` with the unset variables behind its field named (a bad value is often one),
@@ -123,9 +129,45 @@ class _HereDoc:
     expand: bool = True
 
 
+class _Variables(dict[str, str | list[str]]):
+    """The shell's variables, noting what became of each ``--set`` value: read by the script (a
+    read goes through :meth:`get`), or replaced by an assignment before any read (a plain
+    assignment wins, as in bash). A value the script never reads does nothing: the import says so
+    instead of answering as if it had been used."""
+
+    def __init__(self, environment: Mapping[str, str], given: Mapping[str, str]) -> None:
+        super().__init__({**environment, **given})
+        self.pending = set(given)
+        """``--set`` names whose value the script has neither read nor replaced yet."""
+        self.replaced: set[str] = set()
+
+    @overload
+    def get(self, name: str, default: None = None, /) -> str | list[str] | None: ...
+    @overload
+    def get(self, name: str, default: str | list[str], /) -> str | list[str]: ...
+    @overload
+    def get(self, name: str, default: _T, /) -> str | list[str] | _T: ...
+    def get(self, name: str, default: object = None, /) -> object:
+        self.pending.discard(name)
+        return super().get(name, default)
+
+    def __setitem__(self, name: str, value: str | list[str]) -> None:
+        if name in self.pending:
+            self.pending.discard(name)
+            self.replaced.add(name)
+        super().__setitem__(name, value)
+
+    def unused(self) -> dict[str, str]:
+        """``--set`` name -> why its value never reached the trainer's command line."""
+        out = {n: f"the script never reads ${n}" for n in self.pending}
+        out.update({n: f"the script assigns {n} before it reads it (a plain assignment wins, as in bash)"
+                    for n in self.replaced})
+        return dict(sorted(out.items()))
+
+
 @dataclass
 class _Shell:
-    variables: dict[str, str | list[str]]
+    variables: _Variables
     warnings: list[str] = field(default_factory=list)
     unset_read: list[str] = field(default_factory=list)  # unset variables read, in order
     derived: dict[str, tuple[str, ...]] = field(default_factory=dict)  # variable -> unset ones it came from
@@ -148,10 +190,11 @@ def read_launch_script(
         SpecError: no command of the script runs an entry point that ``is_entry`` accepts.
     """
     given = dict(env or {})
-    shell = _Shell({**_ENVIRONMENT, **given}, base=base)
+    shell = _Shell(_Variables(_ENVIRONMENT, given), base=base)
     found = _run(text, shell, is_entry, 0)
     if found is None:
         raise SpecError("script", "no trainer invocation found (python -m <trainer> ..., ray job submit -- ..., deepspeed --module ...)")
+    unused = shell.variables.unused()  # before the environment below reads every --set value
     names = set(given) | shell.exported
     environment = {n: _joined(shell.variables[n]) for n in sorted(names) if n in shell.variables}
     script_only = frozenset(n for n in shell.variables if n not in names and n not in _ENVIRONMENT)
@@ -160,7 +203,13 @@ def read_launch_script(
         shell.warn(f"line {cut_at}: the trainer's command ends here, but the next line reads as one of its arguments "
                    "(a missing backslash, or one followed by blanks); bash runs the command without them")
     return ScriptReading(found, tuple(shell.warnings), dict(shell.unset_args), environment,
-                         frozenset(shell.exported), script_only, cut_at)
+                         frozenset(shell.exported), script_only, cut_at, unused)
+
+
+def unused_set_error(unused: Mapping[str, str]) -> SpecError:
+    """The error for ``--set`` values nothing read (name -> why): an option that does nothing."""
+    return SpecError("--set", "; ".join(f"{name}: {why}" for name, why in unused.items()),
+                     "a variable the launch script (or its config's ${oc.env:NAME}) reads, or leave it out")
 
 
 _CUT = re.compile(r"\\[ \t]+(#.*)?$")

@@ -59,6 +59,7 @@ from rlperf.frameworks.common import (
     generic_workload,
     kl_setting,
 )
+from rlperf.frameworks.shell_script import unused_set_error
 from rlperf.frameworks.config_tree import (
     Environment,
     KeyReader,
@@ -139,6 +140,9 @@ def import_verl(
         if overrides:
             label += f" + {len(overrides)} overrides"
     resolved = resolve(apply_overrides(flatten(tree), overrides), DEFAULTS, env)
+    unused = {n: why for n, why in (env.unread if env is not None else {}).items() if n not in resolved.env_names}
+    if unused:
+        raise unused_set_error(unused)
     rec = Recorder("verl", source or label, model_config)
     for expr, value in sorted(resolved.env_reads.items()):
         rec.assume(f"{expr} = {value}")

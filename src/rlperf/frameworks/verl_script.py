@@ -187,7 +187,7 @@ def import_verl_script(
             recipe=inv.recipe(),
             source=f"{p.name} ({inv.entry}, config {inv.config_name})",
             model_config=model_config,
-            env=Environment(reading.environment, reading.exported, reading.script_only),
+            env=Environment(reading.environment, reading.exported, reading.script_only, unread=reading.unused_set),
         )
     except SpecError as err:
         raise reading.explain(err) from None

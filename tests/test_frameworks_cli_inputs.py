@@ -130,8 +130,8 @@ def test_an_override_that_says_nothing_is_refused(item: str, problem: str, scrip
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, a folder nothing can be created in")
 def test_out_in_a_folder_nothing_can_be_written_in(script: Path) -> None:
     res = invoke(["import", "verl", str(script), "--out", "/proc/x.yaml"])
-    assert assert_one_line_error(res) == "error: --out: cannot write '/proc/x.yaml' (No such file or directory); " \
-        "allowed: a path in a folder you can write"
+    line = assert_one_line_error(res, contains="--out: cannot write in '/proc'")
+    assert ".tmp" not in line  # not the temporary file of the atomic write
     assert "assumed" not in res.out + res.err  # refused before the import
 
 

@@ -161,8 +161,7 @@ def import_cmd(
     check_overrides(kind, overrides or [], "overrides")
     out = Path(out_) if out_ is not None else None
     if out is not None:
-        claim([out], force, "--out")
-        probe_writable(out, "--out")
+        claim([out], force, "--out")  # writable: a file made and removed in its folder, now
     from rlperf.specs.hardware_catalog import load_accelerator
 
     try:  # an unknown name here was written into the scenario, refused only on its use
@@ -195,29 +194,9 @@ def import_cmd(
     else:
         try:
             write_text(out, text)
-        except OSError as err:  # e.g. the disk filled since the probe: the path given, not the temporary file's
+        except OSError as err:  # e.g. the disk filled since claim's probe: the path given, not the temporary file's
             raise SpecError("--out", f"cannot write {show_path(out)!r} ({err.strerror or type(err).__name__})") from None
         console.print(f"wrote {out}")
-
-
-def probe_writable(path: Path, option: str) -> None:
-    """Create and remove a file beside ``path`` (in the nearest folder that exists), so that a
-    folder nothing can be written in (``/proc``; one root may not write although its mode says
-    it may) fails now, naming ``option`` and the path given, not after the work with the name of
-    the temporary file an atomic write uses."""
-    import os
-    import tempfile
-
-    here = path.parent
-    while not here.exists() and here != here.parent:
-        here = here.parent
-    try:
-        fd, name = tempfile.mkstemp(dir=here, prefix=".rlperf-probe.")
-    except OSError as err:
-        raise SpecError(option, f"cannot write {show_path(path)!r} ({err.strerror or type(err).__name__})",
-                        "a path in a folder you can write") from None
-    os.close(fd)
-    os.unlink(name)
 
 
 def check_overrides(kind: str, items: list[str], option: str) -> None:

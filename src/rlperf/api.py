@@ -39,6 +39,7 @@ from typing_extensions import Unpack
 
 if TYPE_CHECKING:
     from rlperf.accuracy import StepInterval
+    from rlperf.errors import SpecError
     from rlperf.frameworks.presets import FrameworkPreset
     from rlperf.frameworks.report import ExportResult
     from rlperf.plan.explain import Explanation
@@ -162,7 +163,10 @@ def build_scenario(
         wl["prompts_per_step"] = prompts
     if group_size is not None:
         wl["group_size"] = group_size
-    base = resolve_workload(wl)
+    try:
+        base = resolve_workload(wl)
+    except SpecError as err:
+        raise _in_question(err, question, path) from None
     cap = max_response or base.max_response_tokens
     source = "workload preset " + str(wl["preset"]) if "preset" in wl else f"scenario {data.get('name', path.stem)}"
     choice = choose_response_lengths(
@@ -179,10 +183,17 @@ def build_scenario(
     try:
         return load_scenario(data), choice
     except SpecError as err:
-        option = _option_behind(err.field, question)
-        if option is None or err.source:
-            raise err.in_source(path) from None
-        raise SpecError(option, err.problem, err.allowed) from None
+        raise _in_question(err, question, path) from None
+
+
+def _in_question(err: SpecError, question: Question, path: Path) -> SpecError:
+    """``err`` under the option the user gave that set its field, else under the base file."""
+    from rlperf.errors import SpecError
+
+    option = _option_behind(err.field, question)
+    if option is None or err.source:
+        return err.in_source(path)
+    return SpecError(option, err.problem, err.allowed)
 
 
 # Scenario fields an option sets (option -> the field, or a field under it): a value the

@@ -167,6 +167,7 @@ def resolve(spec: ScenarioSpec) -> Scenario:
     workload = resolve_workload(spec.workload)
     _check_positions(models, workload)
     algorithm = get_algorithm(spec.algorithm.name)
+    _check_critic(spec, algorithm)
     if spec.algorithm.old_logprob == "always":
         algorithm = algorithm.with_old_logprob_always()
     elif spec.algorithm.old_logprob == "rollout":
@@ -183,6 +184,19 @@ def resolve(spec: ScenarioSpec) -> Scenario:
     if spec.simulation.warmup >= spec.simulation.iterations:
         raise SpecError("simulation.warmup", f"must be < iterations ({spec.simulation.iterations})")
     return Scenario(spec, models, cluster, workload, algorithm)
+
+
+def _check_critic(spec: ScenarioSpec, algorithm: AlgorithmSpec) -> None:
+    """A critic's model or layout under an algorithm that trains no critic would be ignored."""
+    if "critic" in algorithm.roles:
+        return
+    from rlperf.algorithms.registry import list_algorithms
+
+    with_critic = ", ".join(a.name for a in list_algorithms() if "critic" in a.roles)
+    for field, value in (("algorithm.critic_model", spec.algorithm.critic_model),
+                         ("plan.layouts.critic", spec.plan.layouts.get("critic"))):
+        if value is not None:
+            raise SpecError(field, f"{algorithm.name} has no critic", f"only with an algorithm that trains one ({with_critic})")
 
 
 def _load_named(name: str | None, field: str) -> ModelSpec | None:
@@ -257,12 +271,47 @@ def _check_positions(models: Mapping[str, ModelSpec], workload: Workload, caps: 
 def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:
     """Read a scenario from a YAML file, a shipped example name, or a mapping."""
     if isinstance(source, Mapping):
-        return _warn_idle_gpus(resolve(load_scenario_spec(source)))
+        return _warn_shared_engine(_warn_idle_gpus(_check_dp(resolve(load_scenario_spec(source)))))
     path = scenario_path(source)
     try:
-        return _warn_idle_gpus(resolve(load_scenario_spec(path)))
+        return _warn_shared_engine(_warn_idle_gpus(_check_dp(resolve(load_scenario_spec(path)))))
     except SpecError as err:
         raise err.in_source(path) from None
+
+
+def _check_dp(sc: Scenario) -> Scenario:
+    """A layout's ``dp`` is derived from its pool (``pool GPUs // (tp·pp·cp)``, rlperf.sim.costs):
+    a value the user wrote that differs would be silently replaced, so it is refused."""
+    plan = sc.spec.plan
+    pools, assign = plan.placement.resolve(sc.cluster.num_gpus)
+    size = {p.name: p.num_gpus for p in pools}
+    for role, lay in plan.layouts.items():
+        mp = lay.tp * lay.pp * lay.cp
+        derived = size[assign[role]] // mp
+        if "dp" in lay.model_fields_set and derived >= 1 and lay.dp != derived:
+            raise SpecError(f"plan.layouts.{role}.dp", f"{lay.dp} differs from the dp derived from its pool: "
+                            f"{size[assign[role]]} GPUs // tp·pp·cp {mp} = {derived}", f"{derived}, or leave dp out")
+    return sc
+
+
+def _warn_shared_engine(sc: Scenario) -> Scenario:
+    """A warning where a pipelined mode (one-step-off, async) runs its rollout on the actor's
+    GPUs with the engine put to sleep for training: waking it loads the newest weights, so the
+    loop is synchronous (rlperf.modes.Mode.weights_for_rollout). A legitimate degenerate case,
+    not an error (the planner and what-ifs build such plans), but the user asked for staleness."""
+    import warnings
+
+    from rlperf.modes import mode_of
+
+    plan = sc.spec.plan
+    _, assign = plan.placement.resolve(sc.cluster.num_gpus)
+    shared = plan.offload_between_phases and assign["generate"] == assign["actor"]
+    mode = mode_of(plan.mode)
+    if shared and not mode.carries_unfinished and mode.effective_staleness(True) < mode.effective_staleness(False):
+        where = "a colocated placement" if plan.placement.kind == "colocated" else "the actor's pool"
+        warnings.warn(f"plan.mode: {mode.label} on {where} runs synchronously: rollout and training share the GPUs "
+                      "(staleness 0; plan.offload_between_phases: false keeps the engine awake)", UserWarning, stacklevel=2)
+    return sc
 
 
 def _warn_idle_gpus(sc: Scenario) -> Scenario:

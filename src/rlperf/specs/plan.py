@@ -12,7 +12,7 @@ and old-policy log-probs), ``critic``, ``ref``, ``reward_model``, ``prm``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -37,8 +37,17 @@ class Placement(Spec):
     pools: tuple[Pool, ...] = ()
     assign: dict[str, str] = Field(default_factory=dict)
 
+    # The placement kinds that read each field (:meth:`resolve`): set under another kind it
+    # would be silently ignored, so it is refused.
+    USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {"rollout_gpus": ("disaggregated",), "pools": ("hybrid",), "assign": ("hybrid",)}
+
     @model_validator(mode="after")
     def _check(self) -> Placement:
+        from rlperf.errors import SpecError
+
+        for name, kinds in self.USED_BY.items():
+            if getattr(self, name) and self.kind not in kinds:
+                raise SpecError(name, f"set, but placement kind {self.kind!r} does not use it", f"only with kind {', '.join(kinds)}")
         if self.kind == "disaggregated" and self.rollout_gpus is None:
             raise ValueError("disaggregated placement needs rollout_gpus")
         if self.kind == "hybrid":
@@ -111,16 +120,38 @@ class ExecutionMode(Spec):
     # keeps decoding; the transfer does not pause the rollout GPUs.
     inflight_weight_updates: bool = False
 
+    # The mode kinds that read each field (rlperf.modes.mode_of and the Mode subclasses): a field
+    # set to anything but its default under another kind would be silently ignored, so it is
+    # refused here, the one place that checks fields against kinds. ``fusion_chunks`` also needs
+    # ``fusion: true``. ``inflight_weight_updates`` is read only where a rollout can run while
+    # the weights travel: a synchronous rollout waits for them whatever the transfer does.
+    USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {
+        "staleness": ("one_step_off", "async", "partial_rollout"),
+        "token_budget": ("partial_rollout",),
+        "fusion": ("sync", "one_step_off", "async"),
+        "fusion_chunks": ("sync", "one_step_off", "async"),
+        "staleness_threshold": ("streaming",),
+        "train_parts": ("streaming",),
+        "groups_per_engine": ("streaming",),
+        "inflight_weight_updates": ("one_step_off", "async", "partial_rollout", "streaming"),
+    }
+
     @model_validator(mode="after")
     def _check(self) -> ExecutionMode:
+        from rlperf.errors import SpecError
+
+        fields = type(self).model_fields
+        for name, kinds in self.USED_BY.items():
+            if getattr(self, name) == fields[name].default or self.kind in kinds:
+                continue
+            raise SpecError(name, f"{getattr(self, name)!r} is not used by mode kind {self.kind!r}",
+                            f"only with kind {', '.join(kinds)}")
+        if self.fusion_chunks != fields["fusion_chunks"].default and not self.fusion:
+            raise SpecError("fusion_chunks", f"{self.fusion_chunks} waves without fusion: true", "only with fusion: true")
         if self.kind == "one_step_off" and self.staleness not in (0, 1):
-            raise ValueError("one_step_off has staleness 1 (use kind='async' for other bounds)")
+            raise SpecError("staleness", f"one_step_off has staleness 1, got {self.staleness}", "1 (kind: async for other bounds)")
         if self.kind == "partial_rollout" and self.token_budget is None:
-            raise ValueError("partial_rollout needs token_budget")
-        if self.train_parts > 1 and self.kind != "streaming":
-            raise ValueError("train_parts > 1 needs kind='streaming' (the trainer consumes a streamed batch in parts)")
-        if self.groups_per_engine is not None and self.kind != "streaming":
-            raise ValueError("groups_per_engine needs kind='streaming' (a rollouter that streams prompt groups)")
+            raise SpecError("token_budget", "partial_rollout needs a token budget", "new tokens per response per rollout call")
         return self
 
     @property

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from rlperf.inputs.ranges import GPUS, GpusPerNode, NumEpochs, NumGpus, NumIterations, NumMinibatches, NumNodes, NumWorkers, TaskSeconds
@@ -271,10 +272,10 @@ def _check_positions(models: Mapping[str, ModelSpec], workload: Workload, caps: 
 def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:
     """Read a scenario from a YAML file, a shipped example name, or a mapping."""
     if isinstance(source, Mapping):
-        return _warn_shared_engine(_warn_idle_gpus(_check_dp(resolve(load_scenario_spec(source)))))
+        return _warn_shared_engine(_warn_idle_gpus(_check_token_budget(_check_dp(resolve(load_scenario_spec(source))))))
     path = scenario_path(source)
     try:
-        return _warn_shared_engine(_warn_idle_gpus(_check_dp(resolve(load_scenario_spec(path)))))
+        return _warn_shared_engine(_warn_idle_gpus(_check_token_budget(_check_dp(resolve(load_scenario_spec(path))))))
     except SpecError as err:
         raise err.in_source(path) from None
 
@@ -291,6 +292,25 @@ def _check_dp(sc: Scenario) -> Scenario:
         if "dp" in lay.model_fields_set and derived >= 1 and lay.dp != derived:
             raise SpecError(f"plan.layouts.{role}.dp", f"{lay.dp} differs from the dp derived from its pool: "
                             f"{size[assign[role]]} GPUs // tp·pp·cp {mp} = {derived}", f"{derived}, or leave dp out")
+    return sc
+
+
+def _check_token_budget(sc: Scenario) -> Scenario:
+    """A partial rollout trains, after its first call, only the first step's responses of at most
+    ``token_budget`` tokens (the others are carried over); each of the ``minibatches``
+    optimizer steps needs one, so fewer than ``minibatches`` such responses in the first step's
+    draw (the simulator's, rlperf.sim.run) cannot be trained. The smallest budget that works is
+    that draw's ``minibatches``-th shortest response."""
+    budget = sc.plan.mode.token_budget
+    if sc.plan.mode.kind != "partial_rollout" or budget is None:
+        return sc
+    lengths = np.sort(np.asarray(sc.workload.sample(0).response_tokens).ravel())
+    need = min(sc.minibatches, lengths.size)
+    short = int(np.count_nonzero(lengths <= budget))
+    if short < need:
+        raise SpecError("plan.mode.token_budget", f"{budget:,} tokens per call: {short} of the first step's {lengths.size:,} "
+                        f"responses are that short, fewer than the {need} mini-batches that train them",
+                        f">= {int(lengths[need - 1]):,} (or fewer algorithm.minibatches)")
     return sc
 
 

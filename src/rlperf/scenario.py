@@ -16,6 +16,22 @@ plan:
   mode: {kind: sync}
 simulation: {iterations: 4, warmup: 1}
 ```
+
+Every section may be left out; a missing one takes its default (the simulate output names the
+scenario, not the model or the cluster, so check these when a file omits them):
+
+- ``model``: ``Qwen2.5-7B``;
+- ``cluster``: one node of ``H100``, ``gpus_per_node`` the accelerator's NVLink domain (8);
+- ``workload``: ``{preset: deepscaler-8k}``;
+- ``algorithm``: ``GRPO`` with its default epochs and mini-batches, a rule reward;
+- ``plan``: colocated, ``mode: {kind: sync}``, one engine layout and the ``actor`` training layout
+  for every role (a layout's ``dp`` is derived from its pool: leave it out, or set that value);
+- ``simulation``: ``{iterations: 4, warmup: 1}``.
+
+A field a section's kind does not read is refused rather than ignored: ``plan.mode`` fields of
+other mode kinds (``ExecutionMode.USED_BY``), ``plan.placement.rollout_gpus`` / ``pools`` /
+``assign`` outside ``disaggregated`` / ``hybrid``, ``algorithm.critic_model`` and
+``plan.layouts.critic`` under an algorithm without a critic.
 """
 
 from __future__ import annotations

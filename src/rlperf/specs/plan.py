@@ -142,9 +142,11 @@ class ExecutionMode(Spec):
 
         fields = type(self).model_fields
         for name, kinds in self.USED_BY.items():
-            if getattr(self, name) == fields[name].default or self.kind in kinds:
+            value = getattr(self, name)
+            if value == fields[name].default or self.kind in kinds:
                 continue
-            raise SpecError(name, f"{getattr(self, name)!r} is not used by mode kind {self.kind!r}",
+            shown = str(value).lower() if isinstance(value, bool) else str(value)  # as YAML writes it
+            raise SpecError(name, f"{shown} is not used by mode kind {self.kind!r}",
                             f"only with kind {', '.join(kinds)}")
         if self.fusion_chunks != fields["fusion_chunks"].default and not self.fusion:
             raise SpecError("fusion_chunks", f"{self.fusion_chunks} waves without fusion: true", "only with fusion: true")

@@ -54,3 +54,11 @@ def test_one_step_off_on_a_sleeping_shared_engine_says_it_runs_synchronously(tmp
     assert res.code == 0, res.err
     note = "one-step-off on a colocated placement runs synchronously: rollout and training share the GPUs"
     assert (note in res.err + res.out) is warned
+
+
+def test_a_micro_batch_token_budget_below_1024_is_labelled_as_written() -> None:
+    from rlperf.plan.space import layout_label
+    from rlperf.specs.parallel import TrainLayout
+
+    assert "mb10 " in layout_label(TrainLayout(max_tokens_per_microbatch=10)) + " "
+    assert "mb16k" in layout_label(TrainLayout(max_tokens_per_microbatch=16384))

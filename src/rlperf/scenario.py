@@ -288,15 +288,25 @@ def _check_positions(models: Mapping[str, ModelSpec], workload: Workload, caps: 
 def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:
     """Read a scenario from a YAML file, a shipped example name, or a mapping."""
     if isinstance(source, Mapping):
-        return _warn_shared_engine(_warn_idle_gpus(_check_token_budget(_check_dp(resolve(load_scenario_spec(source))))))
+        return _checked(resolve(load_scenario_spec(source)))
     path = scenario_path(source)
     try:
-        return _warn_shared_engine(_warn_idle_gpus(_check_token_budget(_check_dp(resolve(load_scenario_spec(path))))))
+        return _checked(resolve(load_scenario_spec(path)))
     except SpecError as err:
         raise err.in_source(path) from None
 
 
-def _check_dp(sc: Scenario) -> Scenario:
+def _checked(sc: Scenario) -> Scenario:
+    """The checks a scenario the user wrote gets on top of its fields' own (plans the planner
+    builds skip them): fields that would be replaced or cannot run, then the warnings."""
+    _check_dp(sc)
+    _check_token_budget(sc)
+    _warn_idle_gpus(sc)
+    _warn_shared_engine(sc)
+    return sc
+
+
+def _check_dp(sc: Scenario) -> None:
     """A layout's ``dp`` is derived from its pool (``pool GPUs // (tp·pp·cp)``, rlperf.sim.costs):
     a value the user wrote that differs would be silently replaced, so it is refused."""
     plan = sc.spec.plan
@@ -308,18 +318,17 @@ def _check_dp(sc: Scenario) -> Scenario:
         if "dp" in lay.model_fields_set and derived >= 1 and lay.dp != derived:
             raise SpecError(f"plan.layouts.{role}.dp", f"{lay.dp} differs from the dp derived from its pool: "
                             f"{size[assign[role]]} GPUs // tp·pp·cp {mp} = {derived}", f"{derived}, or leave dp out")
-    return sc
 
 
-def _check_token_budget(sc: Scenario) -> Scenario:
+def _check_token_budget(sc: Scenario) -> None:
     """A partial rollout trains, after its first call, only the first step's responses of at most
     ``token_budget`` tokens (the others are carried over); each of the ``minibatches``
     optimizer steps needs one, so fewer than ``minibatches`` such responses in the first step's
     draw (the simulator's, rlperf.sim.run) cannot be trained. The smallest budget that works is
     that draw's ``minibatches``-th shortest response."""
-    budget = sc.plan.mode.token_budget
-    if sc.plan.mode.kind != "partial_rollout" or budget is None:
-        return sc
+    budget = sc.plan.mode.token_budget  # a partial rollout's only (ExecutionMode.USED_BY)
+    if budget is None:
+        return
     lengths = np.sort(np.asarray(sc.workload.sample(0).response_tokens).ravel())
     need = min(sc.minibatches, lengths.size)
     short = int(np.count_nonzero(lengths <= budget))
@@ -327,10 +336,9 @@ def _check_token_budget(sc: Scenario) -> Scenario:
         raise SpecError("plan.mode.token_budget", f"{budget:,} tokens per call: {short} of the first step's {lengths.size:,} "
                         f"responses are that short, fewer than the {need} mini-batches that train them",
                         f">= {int(lengths[need - 1]):,} (or fewer algorithm.minibatches)")
-    return sc
 
 
-def _warn_shared_engine(sc: Scenario) -> Scenario:
+def _warn_shared_engine(sc: Scenario) -> None:
     """A warning where a pipelined mode (one-step-off, async) runs its rollout on the actor's
     GPUs with the engine put to sleep for training: waking it loads the newest weights, so the
     loop is synchronous (rlperf.modes.Mode.weights_for_rollout). A legitimate degenerate case,
@@ -347,10 +355,9 @@ def _warn_shared_engine(sc: Scenario) -> Scenario:
         where = "a colocated placement" if plan.placement.kind == "colocated" else "the actor's pool"
         warnings.warn(f"plan.mode: {mode.label} on {where} runs synchronously: rollout and training share the GPUs "
                       "(staleness 0; plan.offload_between_phases: false keeps the engine awake)", UserWarning, stacklevel=2)
-    return sc
 
 
-def _warn_idle_gpus(sc: Scenario) -> Scenario:
+def _warn_idle_gpus(sc: Scenario) -> None:
     """A warning for each layout whose model-parallel group does not divide its pool: the
     simulator runs ``pool // group`` replicas and the rest of the pool idles in that phase
     (verl and OpenRLHF refuse such a layout; the planner never proposes one)."""
@@ -367,7 +374,6 @@ def _warn_idle_gpus(sc: Scenario) -> Scenario:
         if gpus % group and group <= gpus:
             warnings.warn(f"{field}: {what} = {group} does not divide the {gpus} GPUs of its pool; "
                           f"{gpus % group} of them idle in that phase", UserWarning, stacklevel=2)
-    return sc
 
 
 def scenario_path(source: str | Path) -> Path:

@@ -334,6 +334,12 @@ class MemoryRungs:
         return got
 
 
+def _tokens(n: int) -> str:
+    """A token count as the labels write it: ``16k`` for a whole number of 1,024s, else the
+    count (a user's 10-token micro-batch read "mb0k")."""
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+
+
 def layout_label(lay: TrainLayout) -> str:
     """``train tp1 pp1 cp1 mb16k`` and whatever differs from the safe rung's defaults."""
     parts = [f"train tp{lay.tp} pp{lay.pp} cp{lay.cp}"]
@@ -342,7 +348,7 @@ def layout_label(lay: TrainLayout) -> str:
     if lay.virtual_stages > 1:
         parts.append(f"vpp{lay.virtual_stages}")
     fwd = lay.forward_max_tokens_per_microbatch
-    parts.append(f"mb{(lay.max_tokens_per_microbatch or 0) // 1024}k" + (f"/fwd{fwd // 1024}k" if fwd else ""))
+    parts.append(f"mb{_tokens(lay.max_tokens_per_microbatch or 0)}" + (f"/fwd{_tokens(fwd)}" if fwd else ""))
     if lay.zero_stage != 3:
         parts.append(f"zero{lay.zero_stage}")
     if lay.recompute != "full":

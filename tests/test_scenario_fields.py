@@ -54,6 +54,9 @@ def test_one_step_off_on_a_sleeping_shared_engine_says_it_runs_synchronously(tmp
     assert res.code == 0, res.err
     note = "one-step-off on a colocated placement runs synchronously: rollout and training share the GPUs"
     assert (note in res.err + res.out) is warned
+    # The result says it too, beside its label, and the answer names the model and the cluster.
+    assert ("one-step-off runs synchronously here (staleness 0)" in res.out) is warned
+    assert res.out.splitlines()[0].startswith("GRPO on Qwen2.5-"), res.out.splitlines()[0]
 
 
 def test_a_micro_batch_token_budget_below_1024_is_labelled_as_written() -> None:

@@ -12,7 +12,7 @@ import typer
 
 from rlperf.api import DEFAULT_SCENARIO, PlanAnswer, RunTotals
 from rlperf.cli.app import app, collector_paused
-from rlperf.cli.render import console, fmt_bytes, fmt_range_end, fmt_s, progress_reporter, table
+from rlperf.cli.render import console, fmt_bytes, fmt_range_end, fmt_s, progress_reporter, question_line, table
 from rlperf.plan.memory_breakdown import RoleMemory
 from rlperf.plan.search import PlanEvaluation, PlanSearchResult
 
@@ -174,12 +174,8 @@ def plan_cmd(
 
 def render_answer(ans: PlanAnswer) -> None:
     sc, res, b = ans.question, ans.search, ans.best
-    wl = sc.workload
     fw = f", plans {ans.framework} runs" if ans.framework else ""
-    console.print(
-        f"[bold]{sc.algorithm.name}[/] on [bold]{sc.models['actor'].name}[/], {sc.cluster.num_nodes}x{sc.cluster.gpus_per_node} "
-        f"{sc.cluster.accelerator.id}, {wl.prompts_per_step} prompts x {wl.group_size}, max response {wl.max_response_tokens:,}{fw}"
-    )
+    console.print(question_line(sc, fw))
     console.print(ans.lengths.describe(), markup=False, highlight=False)
     render_ranked(res)
     iv = ans.interval

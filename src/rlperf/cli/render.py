@@ -7,9 +7,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from rlperf.scenario import Scenario
 
 # Piped output (CI logs, files) gets a wide console so the plan tables stay on one line per row.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -49,6 +53,14 @@ def fmt_count(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f}{unit}"
     return f"{n:.0f}"
+
+
+def question_line(sc: Scenario, suffix: str = "") -> str:
+    """What a question runs, first in its answer (a scenario file may leave the model or the
+    cluster to their defaults: the answer names them)."""
+    wl = sc.workload
+    return (f"[bold]{sc.algorithm.name}[/] on [bold]{sc.models['actor'].name}[/], {sc.cluster.num_nodes}x{sc.cluster.gpus_per_node} "
+            f"{sc.cluster.accelerator.id}, {wl.prompts_per_step} prompts x {wl.group_size}, max response {wl.max_response_tokens:,}{suffix}")
 
 
 def table(title: str, *columns: str) -> Table:

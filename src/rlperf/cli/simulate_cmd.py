@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from rlperf.cli.app import app
-from rlperf.cli.render import console, fmt_bytes, fmt_s, table
+from rlperf.cli.render import console, fmt_bytes, fmt_s, question_line, table
 from rlperf.sim.result import SimResult
 
 
@@ -73,6 +73,7 @@ def simulate_cmd(
     if as_json:
         typer.echo(text)
         return
+    console.print(question_line(sc))
     console.print(scenario_lengths(sc).describe(), markup=False, highlight=False)
     render_result(r)
     render_decode_step(sc)

@@ -719,6 +719,10 @@ class Simulator:
         if settle > self.warmup:
             notes.append(f"{self.mode.label}: requests carried across syncs settle after about {settle} warm-up "
                          f"iterations; {self.warmup} simulated (trained batches may be short-biased)")
+        if not self.mode.carries_unfinished and self.staleness_bound < self.mode.effective_staleness(False):
+            # The label is the mode asked for; what ran is synchronous (scenario._warn_shared_engine).
+            notes.append(f"{self.mode.label} runs synchronously here (staleness {self.staleness_bound}): its engine "
+                         "sleeps on the actor's GPUs during training and wakes with the newest weights")
         if self.warmup_needed > self.warmup:
             notes.append(f"{self.mode.label} settles after {self.warmup_needed} warm-up iterations; "
                          f"{cfg.iterations} simulated are too few for a steady state")

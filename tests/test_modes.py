@@ -64,6 +64,17 @@ def test_steady_step_never_beats_the_work_depth_bound(mode: ExecutionMode, place
     assert d.num_responses == len(r.staleness) and d.max == max(r.staleness)
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "a stream of τ = 1.5 on 4+4 GPUs has not settled by its warm-up (bound_staleness + 2 = 4 "
+    "iterations): steps 7.12, 8.77, 9.14, 7.47, then 7.253 (measured) against 7.26 from the next, "
+    "so the measured mean 7.2588 s is 0.02% under the rollout pool's work bound 7.26 s; found by "
+    "Hypothesis's random search, not by its derandomized CI examples"))
+def test_a_long_ahead_stream_has_settled_by_its_warm_up() -> None:
+    mode = ExecutionMode(kind="streaming", staleness_threshold=1.5)
+    r = run(mode, Placement(kind="disaggregated", rollout_gpus=4), "GRPO", iterations=10, sample=same_every_step(11))
+    assert r.step_time_s >= r.bounds.lower_bound_s * (1 - 1e-9), (r.step_time_s, r.bounds)
+
+
 @pytest.mark.parametrize("staleness", [1, 2])
 def test_async_step_does_not_depend_on_the_simulated_length(staleness: int) -> None:
     split = Placement(kind="disaggregated", rollout_gpus=4)

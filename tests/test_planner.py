@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlperf.plan.search import PlanSearchResult, local_mapper, search
+from rlperf.plan.search import Mapper, PlanSearchResult, local_mapper, search
 from rlperf.plan.serialize import search_json
 from rlperf.plan.space import SearchOptions
 from rlperf.scenario import Scenario, load_scenario
@@ -118,3 +118,49 @@ def test_a_plan_simulated_above_the_staleness_limit_defers_its_siblings() -> Non
     assert over, "the scenario simulates no asynchronous plan: the test checks nothing"
     assert max(over.values()) <= opts.sim_batch, over
     assert res.best.staleness <= opts.max_staleness
+
+
+def _lagging_first(n: int, calls: list[str]) -> Mapper:
+    """A mapper whose first ``n`` simulated plans report two versions of lag."""
+    import dataclasses
+    from collections.abc import Sequence
+
+    from rlperf.plan.search import _simulate_one
+    from rlperf.sim.result import SimResult
+    from rlperf.specs.plan import Plan
+
+    def mapper(fn: object, items: Sequence[tuple[Scenario, Plan]]) -> list[SimResult | str]:
+        out: list[SimResult | str] = []
+        for sc, plan in items:
+            r = _simulate_one((sc, plan))
+            calls.append(plan.mode.kind)
+            if isinstance(r, SimResult) and len(calls) <= n:
+                r = dataclasses.replace(r, staleness=(2,) * max(1, len(r.staleness)))
+            out.append(r)
+        return out
+
+    return mapper
+
+
+def test_a_budget_spent_on_plans_over_the_staleness_limit_does_not_end_the_search() -> None:
+    """The framework defaults and the one plan of the budget (top_k 1 on 4 GPUs) all simulated
+    two versions stale against a limit of 1: the search answered "no feasible plan" beside
+    feasible plans it had not simulated. It goes on, up to 4x the budget."""
+    calls: list[str] = []
+    opts = SearchOptions(max_staleness=1, top_k=1, sim_batch=1)
+    res = search(small_scenario(1), opts, _lagging_first(3, calls), include_user_plan=False, timeline=False)
+    assert len(calls) > 3 and res.best.staleness <= opts.max_staleness
+
+
+def test_a_search_that_finds_only_lagging_plans_says_so() -> None:
+    """Every simulated plan over the staleness limit: the error names them and the limit after
+    4x the budget, not only the candidates the memory model refused."""
+    from rlperf.errors import SpecError
+
+    calls: list[str] = []
+    with pytest.raises(SpecError) as err:
+        search(small_scenario(1), SearchOptions(max_staleness=1, top_k=1, sim_batch=1), _lagging_first(10**6, calls),
+               include_user_plan=False, timeline=False)
+    baselines = 2
+    assert len(calls) == baselines + 4
+    assert f"{len(calls)} simulated plans lag up to 2 versions, above --max-staleness 1" in str(err.value)

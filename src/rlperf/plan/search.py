@@ -388,7 +388,13 @@ def search(
             deferred = []
             continue
         budget = opts.top_k * len({n.gpus for n in live}) if live else budget
-        if not live or searched >= budget:
+        # A budget spent on plans that all simulated over the staleness limit has found nothing
+        # the answer may name: the search goes on, up to 4x the budget, before it gives up and
+        # says why (with the framework defaults and its one plan over the limit, a 4-GPU search
+        # of top_k 1 answered "no feasible plan" beside feasible plans it had not simulated;
+        # a better-ranked small stream that lags more than predicted does the same).
+        limit = budget if eligible() else 4 * budget
+        if not live or searched >= limit:
             break
         # Best first: estimate in order of bound while a bound is below the best estimate so
         # far (a plan whose bound exceeds it would not be simulated next anyway); the rest wait
@@ -419,7 +425,7 @@ def search(
         live = [n for n in live if n.estimate is not None or id(n) not in estimated]
         live.sort(key=lambda n: (n.est_obj, n.bound_obj, n.gpus, n.cand.label))
         ready = [n for n in live if n.estimate is not None]
-        take = ready[: min(batch_size, budget - searched)]
+        take = ready[: min(batch_size, limit - searched)]
         live = [n for n in live if not any(n is t for t in take)]
         if not take:
             break
@@ -450,7 +456,8 @@ def search(
     if user_refused is None:
         ok += [e for e in evals if e.sim is not None and e.source == "user" and e not in ok]
     if not ok:
-        raise _nothing_feasible(sc, opts, considered, rejected)
+        lags = [e.staleness for e in evals if e.sim is not None and e.source != "user"]
+        raise _nothing_feasible(sc, opts, considered, rejected, lags)
     ranked = sorted((e for e in ok if e.source != "user"), key=lambda e: (obj(e), e.label, e.num_gpus))
     first = ranked[0] if ranked else ok[0]
     best_eval = _with_timeline(subs[first.num_gpus], first) if timeline else first
@@ -501,13 +508,20 @@ def search(
     )
 
 
-def _nothing_feasible(sc: Scenario, opts: SearchOptions, considered: int, rejected: list[Rejected]) -> SpecError:
-    """The error of a search that found no plan it may answer with: its most common reasons.
-    With a framework filter it is the ``--framework`` option's (the reasons name the framework)."""
+def _nothing_feasible(sc: Scenario, opts: SearchOptions, considered: int, rejected: list[Rejected],
+                      lags: list[int]) -> SpecError:
+    """The error of a search that found no plan it may answer with: its most common reasons,
+    first the plans it simulated over the staleness limit (``lags``: the simulated plans' largest
+    lags). With a framework filter it is the ``--framework`` option's (the reasons name the
+    framework)."""
     from collections import Counter
 
     counts = Counter(r.reason for r in rejected).most_common(3)
-    reasons = "; ".join(f"{reason} ({n} plan{'s' if n > 1 else ''})" for reason, n in counts) or "none simulated"
+    parts = [f"{reason} ({n} plan{'s' if n > 1 else ''})" for reason, n in counts]
+    if lags:
+        parts.insert(0, f"{len(lags)} simulated plan{'s' if len(lags) > 1 else ''} lag up to {max(lags)} versions, "
+                        f"above --max-staleness {opts.max_staleness}")
+    reasons = "; ".join(parts) or "none simulated"
     where = f"on {sc.cluster.num_gpus} GPUs ({considered} candidates)"
     if opts.plan_filter is None:
         return SpecError("plan", f"no feasible plan {where}: {reasons}")

@@ -91,13 +91,13 @@ def test_fast_estimate_is_within_ten_percent_of_the_simulator_in_median(errors: 
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "a stream of 8 to 32 responses whose requests in flight all fit in one engine is estimated ~20% "
-    "low (bnb-100: 16 responses, 391 tokens a call each, 1.76 s estimated, 2.25 s simulated): the "
-    "estimate's steady call decodes (1 + τ)·n requests at every step, while the simulated call "
-    "admits the step's requests at its start and decodes fewer as they finish (issue 17; the "
-    "README's stream of 8,192 responses, its engines full: +1%)"))
 def test_the_streaming_estimate_has_no_bias_on_small_streams(errors: Errors) -> None:
+    """Random scenarios' streams hold 8 to 32 responses, whose requests in flight all fit in
+    one engine: a call's decode batch shrinks from (1 + τ)·n to τ·n as its n finish
+    (rlperf.modes.stream_batch). Estimated -17.4% in median while the estimate decoded
+    (1 + τ)·n at every step (bnb-100: 16 responses, 1.76 s estimated, 2.25 s simulated);
+    +5.9% since (the rest is one batch's draw: the estimate costs iteration 1's 16 responses,
+    the stream's measured steps generate later ones')."""
     errs = errors.by_mode["streaming"]
     assert abs(float(np.median(errs))) < 0.10, float(np.median(errs))
 

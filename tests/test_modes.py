@@ -3,8 +3,6 @@ steady-state results do not depend on the simulated length, and sharing a pool b
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,6 +10,7 @@ from hypothesis import strategies as st
 
 from rlperf.algorithms import get_algorithm
 from rlperf.modes import mode_of
+from rlperf.modes.stream_batch import stream_calls, stream_decode_batch
 from rlperf.sim.result import SimResult
 from rlperf.sim.simulate import SimConfig, simulate
 from rlperf.specs.plan import ExecutionMode, Placement, Plan
@@ -348,7 +347,8 @@ def test_a_steady_call_runs_every_piece_of_one_steps_responses(lengths: list[int
     assert len(np.unique(call.group_ids)) == call.num_requests  # a carried piece is another step's group
     streaming = mode_of(ExecutionMode(kind="streaming", staleness_threshold=tau))
     delta = streaming.steady_budget(fresh)
-    assert delta is not None and delta * (1 + tau) * n >= target.sum() > (delta - 1) * (1 + tau) * n
+    c = stream_decode_batch(target, round(tau * n))  # no slot limit: all in flight decode
+    assert delta is not None and delta * c * (1 + 1e-9) >= target.sum() > (delta - 1) * c * (1 - 1e-9)  # Δ = ⌈Σ L / c⌉, c a float
 
 
 @settings(max_examples=30, deadline=None)
@@ -356,7 +356,8 @@ def test_a_steady_call_runs_every_piece_of_one_steps_responses(lengths: list[int
        st.one_of(st.none(), st.integers(1, 60)))
 def test_streamings_steady_call_cuts_responses_at_their_own_phase(lengths: list[int], tau: float,
                                                                   slots: int | None) -> None:
-    """Streaming's steady call (Streaming.steady_call): ``Δ = Σ L / min((1 + τ)·n, slots)``;
+    """Streaming's steady call (Streaming.steady_call): ``Δ = Σ L / c``, ``c`` the slots where
+    fewer than ``(1 + τ)·n``, else the stream's average decode batch (rlperf.modes.stream_batch);
     each response in pieces of at most ``Δ`` that tile ``[0, L)`` (one piece of each, ``Σ L``
     new tokens), the first ending at its own phase, so the call re-prefills about ``Σ L / Δ``
     pieces (the requests decoding at an update), at least the cut-at-start count."""
@@ -367,8 +368,9 @@ def test_streamings_steady_call_cuts_responses_at_their_own_phase(lengths: list[
     fresh = RolloutBatch(np.full(n, 7, np.int64), target, np.zeros(n, np.int64), np.arange(n, dtype=np.int64))
     streaming = mode_of(ExecutionMode(kind="streaming", staleness_threshold=tau))
     delta = streaming.steady_budget(fresh, slots)
-    c = min((1 + tau) * n, slots if slots is not None else math.inf)
-    assert delta is not None and delta * c >= target.sum() > (delta - 1) * c
+    full = slots is not None and slots < (1 + tau) * n
+    c = float(slots) if full and slots is not None else stream_decode_batch(target, round(tau * n))
+    assert delta is not None and delta * c * (1 + 1e-9) >= target.sum() > (delta - 1) * c * (1 - 1e-9)  # Δ = ⌈Σ L / c⌉, c a float
     call = streaming.steady_call(fresh, slots)
     new = call.target_tokens - call.generated_tokens
     assert np.all(new >= 1) and np.all(new <= delta)
@@ -381,6 +383,26 @@ def test_streamings_steady_call_cuts_responses_at_their_own_phase(lengths: list[
     resumed = int(np.sum(call.generated_tokens > 0))
     assert resumed >= int(np.sum(-(-target // delta) - 1))
     assert abs(resumed - target.sum() / delta) <= n
+
+
+def test_a_small_streams_decode_batch_shrinks_as_its_calls_finish() -> None:
+    """rlperf.modes.stream_batch by hand: lengths 1 and 3 (n = 2), one request ahead. The calls
+    settle into two that repeat: in flight [1, 1, 3] decode 1 step (3 tokens, 2 finish, the 3
+    keeps 2 left), then [2, 1, 3] decode 2 steps (5 tokens): 8 tokens in 3 steps, a batch of
+    8/3, between τ·n = 1 and (1 + τ)·n = 3. Equal lengths all finish together: a batch of n."""
+    assert stream_decode_batch(np.array([1, 3]), 1) == pytest.approx(8 / 3)
+    # The 3 is admitted in one call and finishes in the next: 2 calls (Streaming.expected_staleness).
+    assert stream_calls(np.array([1, 3]), 1).longest_span_calls == 2
+    assert stream_decode_batch(np.full(16, 300), 8) == pytest.approx(16)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 5000), min_size=1, max_size=40), st.sampled_from([0.25, 0.5, 1.0]))
+def test_a_streams_decode_batch_lies_within_what_it_keeps_in_flight(lengths: list[int], tau: float) -> None:
+    """At least one request decodes at every step, at most the n + ⌊τ·n⌉ in flight."""
+    n = len(lengths)
+    ahead = round(tau * n)
+    assert 1.0 <= stream_decode_batch(np.asarray(lengths), ahead) <= n + ahead
 
 
 def test_group_admission_decodes_the_groups_used_slots() -> None:

@@ -393,11 +393,15 @@ def test_a_small_streams_decode_batch_shrinks_as_its_calls_finish() -> None:
     assert stream_decode_batch(np.array([1, 3]), 1) == pytest.approx(8 / 3)
     # The 3 is admitted in one call and finishes in the next: 2 calls (Streaming.expected_staleness).
     assert stream_calls(np.array([1, 3]), 1).longest_span_calls == 2
+    # Two batches ahead (τ = 2) keep 3n in flight, more than one batch ahead: the extra batch
+    # is admitted (it was cut to one batch), so the stream decodes more at once.
+    lengths = np.arange(100, 2100, 100)
+    assert stream_decode_batch(lengths, 40) > stream_decode_batch(lengths, 20)
     assert stream_decode_batch(np.full(16, 300), 8) == pytest.approx(16)
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.integers(1, 5000), min_size=1, max_size=40), st.sampled_from([0.25, 0.5, 1.0]))
+@given(st.lists(st.integers(1, 5000), min_size=1, max_size=40), st.sampled_from([0.25, 0.5, 1.0, 2.0]))
 def test_a_streams_decode_batch_lies_within_what_it_keeps_in_flight(lengths: list[int], tau: float) -> None:
     """At least one request decodes at every step, at most the n + ⌊τ·n⌉ in flight."""
     n = len(lengths)

@@ -13,8 +13,8 @@ step; no time, so no stage cost) gives the average batch. With ``r`` the tokens 
 in flight still has to decode:
 
     call k:  r ← r ∪ L                     (the step's n requests; the first call also
-                                            admits the first ⌊τ·n⌉ of them again: τ·B prompts
-                                            ahead, rlperf.modes.Mode.prompts_ahead)
+                                            admits ⌊τ·n⌉ more, L's first ones over again:
+                                            τ·B prompts ahead, rlperf.modes.Mode.prompts_ahead)
              t_k = the n-th smallest of r  (decode steps until n requests have finished)
              d_k = Σ min(r, t_k)            (tokens decoded in the call)
              r ← (r - t_k) over r > t_k     (the carried requests)
@@ -65,7 +65,7 @@ def _calls(lengths_bytes: bytes, ahead: int) -> StreamCalls:
     if n == 0:
         return StreamCalls(1.0, 1)
     horizon = 2 * int(lengths.max())
-    left = np.concatenate([lengths, lengths[:ahead]])
+    left = np.concatenate([lengths, np.resize(lengths, ahead)])  # τ > 1: more than one batch ahead
     admitted = np.zeros(len(left), np.int64)  # the call that admitted each request in flight
     passed = measured_steps = decoded = calls = span = 0
     k = 0

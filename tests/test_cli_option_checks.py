@@ -37,6 +37,7 @@ def bad_profiles(tmp_path: Path) -> dict[str, Path]:
     # the scenario was ignored; with --json nothing was printed
     (["analyze", "grpo-qwen2.5-7b-colocated-sync", "--symbolic"], "--symbolic: prints the taxonomy alone"),
     (["workload", "show", "nosuch"], "error: workload: unknown name 'nosuch'"),  # was workload.preset
+    (["plan", "--workload", "nosuch"], "error: --workload: unknown name 'nosuch'"),  # was workload.preset
     (["workload", "show", "r1-zero", "--seed", "-1"], "--seed: -1 is negative"),  # was workload.seed
     (["workload", "show", "r1-zero", "--step", "99999999999999999999"], "--step: 99,999,999,999,999,999,999 is outside"),
     (["import", "verl", str(VERL), "--gpu", "Z100"], "error: --gpu: unknown name 'Z100'"),  # was gpu:

@@ -155,14 +155,3 @@ def test_cli_unknown_preset_is_one_line_exit_2(capsys: pytest.CaptureFixture[str
     assert ei.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: workload: unknown name 'dapo'") and "\n" not in err  # the argument, not workload.preset
-
-
-def test_plan_unknown_workload_preset_names_the_option(capsys: pytest.CaptureFixture[str]) -> None:
-    """The preset comes from --workload, so the error names it (it said workload.preset)."""
-    from rlperf.cli.app import main
-
-    with pytest.raises(SystemExit) as ei:
-        main(["plan", "--workload", "dapo"])
-    assert ei.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: --workload: unknown name 'dapo'") and "\n" not in err

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from rlperf.algorithms import get_algorithm
 from rlperf.modes import mode_of
-from rlperf.modes.stream_batch import stream_calls, stream_decode_batch
+from rlperf.modes.stream_batch import stream_calls
 from rlperf.sim.result import SimResult
 from rlperf.sim.simulate import SimConfig, simulate
 from rlperf.specs.plan import ExecutionMode, Placement, Plan
@@ -363,7 +363,7 @@ def test_a_steady_call_runs_every_piece_of_one_steps_responses(lengths: list[int
     assert len(np.unique(call.group_ids)) == call.num_requests  # a carried piece is another step's group
     streaming = mode_of(ExecutionMode(kind="streaming", staleness_threshold=tau))
     delta = streaming.steady_budget(fresh)
-    c = stream_decode_batch(target, round(tau * n))  # no slot limit: all in flight decode
+    c = stream_calls(target, round(tau * n)).decode_batch  # no slot limit: all in flight decode
     assert delta is not None and delta * c * (1 + 1e-9) >= target.sum() > (delta - 1) * c * (1 - 1e-9)  # Δ = ⌈Σ L / c⌉, c a float
 
 
@@ -385,7 +385,7 @@ def test_streamings_steady_call_cuts_responses_at_their_own_phase(lengths: list[
     streaming = mode_of(ExecutionMode(kind="streaming", staleness_threshold=tau))
     delta = streaming.steady_budget(fresh, slots)
     full = slots is not None and slots < (1 + tau) * n
-    c = float(slots) if full and slots is not None else stream_decode_batch(target, round(tau * n))
+    c = float(slots) if full and slots is not None else stream_calls(target, round(tau * n)).decode_batch
     assert delta is not None and delta * c * (1 + 1e-9) >= target.sum() > (delta - 1) * c * (1 - 1e-9)  # Δ = ⌈Σ L / c⌉, c a float
     call = streaming.steady_call(fresh, slots)
     new = call.target_tokens - call.generated_tokens
@@ -406,14 +406,14 @@ def test_a_small_streams_decode_batch_shrinks_as_its_calls_finish() -> None:
     settle into two that repeat: in flight [1, 1, 3] decode 1 step (3 tokens, 2 finish, the 3
     keeps 2 left), then [2, 1, 3] decode 2 steps (5 tokens): 8 tokens in 3 steps, a batch of
     8/3, between τ·n = 1 and (1 + τ)·n = 3. Equal lengths all finish together: a batch of n."""
-    assert stream_decode_batch(np.array([1, 3]), 1) == pytest.approx(8 / 3)
+    assert stream_calls(np.array([1, 3]), 1).decode_batch == pytest.approx(8 / 3)
     # The 3 is admitted in one call and finishes in the next: 2 calls (Streaming.expected_staleness).
     assert stream_calls(np.array([1, 3]), 1).longest_span_calls == 2
     # Two batches ahead (τ = 2) keep 3n in flight, more than one batch ahead: the extra batch
     # is admitted (it was cut to one batch), so the stream decodes more at once.
     lengths = np.arange(100, 2100, 100)
-    assert stream_decode_batch(lengths, 40) > stream_decode_batch(lengths, 20)
-    assert stream_decode_batch(np.full(16, 300), 8) == pytest.approx(16)
+    assert stream_calls(lengths, 40).decode_batch > stream_calls(lengths, 20).decode_batch
+    assert stream_calls(np.full(16, 300), 8).decode_batch == pytest.approx(16)
 
 
 @settings(max_examples=30, deadline=None)
@@ -422,7 +422,7 @@ def test_a_streams_decode_batch_lies_within_what_it_keeps_in_flight(lengths: lis
     """At least one request decodes at every step, at most the n + ⌊τ·n⌉ in flight."""
     n = len(lengths)
     ahead = round(tau * n)
-    assert 1.0 <= stream_decode_batch(np.asarray(lengths), ahead) <= n + ahead
+    assert 1.0 <= stream_calls(np.asarray(lengths), ahead).decode_batch <= n + ahead
 
 
 def test_group_admission_decodes_the_groups_used_slots() -> None:

@@ -40,7 +40,7 @@ from typing import Literal
 
 import numpy as np
 
-from rlperf.modes.stream_batch import stream_calls, stream_decode_batch
+from rlperf.modes.stream_batch import StreamCalls, stream_calls
 from rlperf.sim.interface import GroupAdmission, RolloutBatch
 from rlperf.specs.plan import ExecutionMode
 
@@ -494,16 +494,21 @@ class Streaming(Mode):
         average of a batch that shrinks to ``τ·n`` as the call's ``n`` finish
         (rlperf.modes.stream_batch): counting ``(1 + τ)·n`` estimated streams of 8 to 32
         responses ~25% low per generated token."""
+        if fresh.num_requests == 0 or self.spec.staleness_threshold <= 0:
+            return None
+        own = self._own_calls(fresh, slots)
+        c = own.decode_batch if own is not None else float(slots or 1)  # None only under a slot limit
+        return max(1, math.ceil(float(np.sum(fresh.target_tokens)) / c))
+
+    def _own_calls(self, fresh: RolloutBatch, slots: int | None) -> StreamCalls | None:
+        """The stream's calls in decode steps where its engines hold all ``(1 + τ)·n`` requests
+        in flight (rlperf.modes.stream_batch); None where ``slots`` are fewer (a queue keeps the
+        engines full)."""
         n = fresh.num_requests
         tau = self.spec.staleness_threshold
-        if n == 0 or tau <= 0:
+        if slots is not None and (1.0 + tau) * n > slots:
             return None
-        c = (1.0 + tau) * n
-        if slots is not None and c > slots:
-            c = float(slots)
-        else:
-            c = stream_decode_batch(fresh.target_tokens, round(tau * n))
-        return max(1, math.ceil(float(np.sum(fresh.target_tokens)) / c))
+        return stream_calls(fresh.target_tokens, round(tau * n))
 
     def steady_call(self, fresh: RolloutBatch, slots: int | None = None) -> RolloutBatch:
         """Streaming admits a request whenever a slot frees, so the weight updates cut a
@@ -573,11 +578,11 @@ class Streaming(Mode):
         budget = None if shared_engine else self.steady_budget(fresh, slots)
         if budget is None:
             return s
-        n = fresh.num_requests
-        if slots is None or (1.0 + self.spec.staleness_threshold) * n <= slots:
+        own = self._own_calls(fresh, slots)
+        if own is not None:
             # No queue: the stream's own calls say how many calls a request spans, admission
             # and finish included (rlperf.modes.stream_batch); the lag is s more.
-            return s + stream_calls(fresh.target_tokens, round(self.spec.staleness_threshold * n)).longest_span_calls
+            return s + own.longest_span_calls
         return s + math.ceil(int(fresh.target_tokens.max(initial=1)) / budget) - 1
 
     @property

@@ -53,11 +53,6 @@ def stream_calls(lengths: np.ndarray, ahead: int) -> StreamCalls:
     return _calls(np.ascontiguousarray(lengths, dtype=np.int64).tobytes(), int(ahead))
 
 
-def stream_decode_batch(lengths: np.ndarray, ahead: int) -> float:
-    """Average number of requests decoding at once in the steady calls (:func:`stream_calls`)."""
-    return stream_calls(lengths, ahead).decode_batch
-
-
 @lru_cache(maxsize=64)
 def _calls(lengths_bytes: bytes, ahead: int) -> StreamCalls:
     lengths = np.frombuffer(lengths_bytes, dtype=np.int64)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from rlperf.sim.result import SimResult
 
 
-def _s(t: float) -> str:
+def seconds_text(t: float) -> str:
     """Seconds as the plan output prints them (sub-second plans of small questions included)."""
     if t >= 100:
         return f"{t:.0f} s"
@@ -56,7 +56,7 @@ class BoundGap:
     terms: tuple[GapTerm, ...]  # largest first
 
     def headline(self) -> str:
-        lead = f"{self.ratio:.2f}x its work-depth bound ({_s(self.bound_s)}, set by {self.bound_term})"
+        lead = f"{self.ratio:.2f}x its work-depth bound ({seconds_text(self.bound_s)}, set by {self.bound_term})"
         if not self.terms or self.terms[0].seconds <= 0.0:
             return lead
         return f"{lead}; kept from it mostly by {self.terms[0].detail}"
@@ -80,7 +80,7 @@ def bound_gap(r: SimResult) -> BoundGap:
     if busiest.idle_s_per_step > 0.0:
         why = "for stages on other pools" if len(pools) > 1 else "between stages"
         terms.append(GapTerm("pool_idle", busiest.idle_s_per_step,
-                             f"pipeline idle: pool {busiest.name} ({g} GPUs) waits {_s(busiest.idle_s_per_step)} per step {why}"))
+                             f"pipeline idle: pool {busiest.name} ({g} GPUs) waits {seconds_text(busiest.idle_s_per_step)} per step {why}"))
     for name, time_s, work_s, _ in on_pool.get(busiest.name, []):
         floor = work_s / g
         excess = time_s - floor
@@ -89,16 +89,16 @@ def bound_gap(r: SimResult) -> BoundGap:
         if name == "generate":
             tail = min(r.rollout_tail_s, excess)
             if tail > 0.0:
-                terms.append(GapTerm("rollout_tail", tail, f"the rollout tail: the last 10% of responses take {_s(tail)} "
-                                                           f"of the {_s(time_s)} rollout at small decode batches"))
+                terms.append(GapTerm("rollout_tail", tail, f"the rollout tail: the last 10% of responses take {seconds_text(tail)} "
+                                                           f"of the {seconds_text(time_s)} rollout at small decode batches"))
             rest = excess - tail
             if rest > 0.0:
                 terms.append(GapTerm("decode_below_roofline", rest,
-                                     f"decode below roofline: the rollout's bulk runs {_s(rest)} past its work at roofline "
-                                     f"({_s(floor)} on {g} GPUs): decode steps are latency- and overhead-bound"))
+                                     f"decode below roofline: the rollout's bulk runs {seconds_text(rest)} past its work at roofline "
+                                     f"({seconds_text(floor)} on {g} GPUs): decode steps are latency- and overhead-bound"))
         else:
             terms.append(GapTerm("stage_below_roofline", excess,
-                                 f"{name} runs {_s(excess)} past its work at roofline ({_s(floor)} on {g} GPUs)"))
+                                 f"{name} runs {seconds_text(excess)} past its work at roofline ({seconds_text(floor)} on {g} GPUs)"))
     terms.sort(key=lambda t: (-t.seconds, t.kind))
     step = r.step_time_s
     lb = b.lower_bound_s

@@ -26,7 +26,7 @@ from rlperf.errors import SpecError
 from rlperf.modes import mode_of
 from rlperf.plan.bound import Bounder, PlanBound
 from rlperf.plan.estimate import Estimate, Estimator
-from rlperf.plan.gap import _s
+from rlperf.plan.gap import seconds_text
 from rlperf.plan.space import Candidate, Rejected, SearchOptions, enumerate_candidates, framework_default_plans
 from rlperf.scenario import Scenario
 from rlperf.sim.result import SimResult
@@ -432,7 +432,7 @@ def search(
         if progress:
             # The best so far is one the answer could name (a plan over the staleness limit is not).
             lead = min(eligible(), key=lambda e: (obj(e), e.label), default=None)
-            so_far = f"; best so far: {lead.label} on {lead.num_gpus} GPUs, {_s(lead.step_time_s)}/step" if lead else ""
+            so_far = f"; best so far: {lead.label} on {lead.num_gpus} GPUs, {seconds_text(lead.step_time_s)}/step" if lead else ""
             progress(f"{sims} plans simulated, {len(live)} could still win{so_far}", searched, budget)
         simulate_batch([(subs[n.gpus], n.cand.label, n.cand.plan, n.estimate, "search") for n in take])
         searched += len(take)

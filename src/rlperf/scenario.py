@@ -296,28 +296,39 @@ def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:
         raise err.in_source(path) from None
 
 
+@dataclass(frozen=True)
+class _Placed:
+    """The scenario's placement resolved once for its checks: each role's (and ``generate``'s)
+    pool, and the GPUs of every pool."""
+
+    assign: Mapping[str, str]
+    pool_gpus: Mapping[str, int]
+
+    def gpus(self, role: str) -> int:
+        return self.pool_gpus[self.assign[role]]
+
+
 def _checked(sc: Scenario) -> Scenario:
     """The checks a scenario the user wrote gets on top of its fields' own (plans the planner
     builds skip them): fields that would be replaced or cannot run, then the warnings."""
-    _check_dp(sc)
+    pools, assign = sc.spec.plan.placement.resolve(sc.cluster.num_gpus)
+    placed = _Placed(assign, {p.name: p.num_gpus for p in pools})
+    _check_dp(sc, placed)
     _check_token_budget(sc)
-    _warn_idle_gpus(sc)
-    _warn_shared_engine(sc)
+    _warn_idle_gpus(sc, placed)
+    _warn_shared_engine(sc, placed)
     return sc
 
 
-def _check_dp(sc: Scenario) -> None:
+def _check_dp(sc: Scenario, placed: _Placed) -> None:
     """A layout's ``dp`` is derived from its pool (``pool GPUs // (tp·pp·cp)``, rlperf.sim.costs):
     a value the user wrote that differs would be silently replaced, so it is refused."""
-    plan = sc.spec.plan
-    pools, assign = plan.placement.resolve(sc.cluster.num_gpus)
-    size = {p.name: p.num_gpus for p in pools}
-    for role, lay in plan.layouts.items():
+    for role, lay in sc.spec.plan.layouts.items():
         mp = lay.tp * lay.pp * lay.cp
-        derived = size[assign[role]] // mp
+        derived = placed.gpus(role) // mp
         if "dp" in lay.model_fields_set and derived >= 1 and lay.dp != derived:
             raise SpecError(f"plan.layouts.{role}.dp", f"{lay.dp} differs from the dp derived from its pool: "
-                            f"{size[assign[role]]} GPUs // tp·pp·cp {mp} = {derived}", f"{derived}, or leave dp out")
+                            f"{placed.gpus(role)} GPUs // tp·pp·cp {mp} = {derived}", f"{derived}, or leave dp out")
 
 
 def _check_token_budget(sc: Scenario) -> None:
@@ -338,7 +349,7 @@ def _check_token_budget(sc: Scenario) -> None:
                         f">= {int(lengths[need - 1]):,} (or fewer algorithm.minibatches)")
 
 
-def _warn_shared_engine(sc: Scenario) -> None:
+def _warn_shared_engine(sc: Scenario, placed: _Placed) -> None:
     """A warning where a pipelined mode (one-step-off, async) runs its rollout on the actor's
     GPUs with the engine put to sleep for training: waking it loads the newest weights, so the
     loop is synchronous (rlperf.modes.Mode.weights_for_rollout). A legitimate degenerate case,
@@ -348,8 +359,7 @@ def _warn_shared_engine(sc: Scenario) -> None:
     from rlperf.modes import mode_of
 
     plan = sc.spec.plan
-    _, assign = plan.placement.resolve(sc.cluster.num_gpus)
-    shared = plan.offload_between_phases and assign["generate"] == assign["actor"]
+    shared = plan.offload_between_phases and placed.assign["generate"] == placed.assign["actor"]
     mode = mode_of(plan.mode)
     if shared and not mode.carries_unfinished and mode.effective_staleness(True) < mode.effective_staleness(False):
         where = "a colocated placement" if plan.placement.kind == "colocated" else "the actor's pool"
@@ -357,19 +367,17 @@ def _warn_shared_engine(sc: Scenario) -> None:
                       "(staleness 0; plan.offload_between_phases: false keeps the engine awake)", UserWarning, stacklevel=2)
 
 
-def _warn_idle_gpus(sc: Scenario) -> None:
+def _warn_idle_gpus(sc: Scenario, placed: _Placed) -> None:
     """A warning for each layout whose model-parallel group does not divide its pool: the
     simulator runs ``pool // group`` replicas and the rest of the pool idles in that phase
     (verl and OpenRLHF refuse such a layout; the planner never proposes one)."""
     import warnings
 
     plan = sc.spec.plan
-    pools, assign = plan.placement.resolve(sc.cluster.num_gpus)
-    size = {p.name: p.num_gpus for p in pools}
-    groups = [("plan.rollout", "tp·pp", plan.rollout.tp * plan.rollout.pp, size[assign["generate"]])]
+    groups = [("plan.rollout", "tp·pp", plan.rollout.tp * plan.rollout.pp, placed.gpus("generate"))]
     for role in plan.layouts:
         lay = plan.layouts[role]
-        groups.append((f"plan.layouts.{role}", "tp·pp·cp", lay.tp * lay.pp * lay.cp, size[assign[role]]))
+        groups.append((f"plan.layouts.{role}", "tp·pp·cp", lay.tp * lay.pp * lay.cp, placed.gpus(role)))
     for field, what, group, gpus in groups:
         if gpus % group and group <= gpus:
             warnings.warn(f"{field}: {what} = {group} does not divide the {gpus} GPUs of its pool; "

@@ -33,8 +33,7 @@ def check_plan_options(nodes: int | None, gpus_per_node: int | None, prompts: in
     r.check_option("--max-staleness", max_staleness, r.STALENESS)
     if not 1 <= top_k <= 1_000:
         raise SpecError("--top-k", f"{top_k} is outside the useful range", "1 to 1,000 plans")
-    if not 0 <= jobs <= 4_096:
-        raise SpecError("--jobs", f"{jobs} is outside the useful range", "0 (all cores) to 4,096")
+    r.check_jobs(jobs)
 
 
 @app.command("plan")

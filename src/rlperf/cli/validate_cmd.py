@@ -144,9 +144,9 @@ def validate_cmd(
 ) -> None:
     """Compare predictions with published measurements: per case and summarized by metric kind."""
     from rlperf.errors import SpecError
+    from rlperf.inputs.ranges import check_jobs
 
-    if not 0 <= jobs <= 4_096:  # plan's range
-        raise SpecError("--jobs", f"{jobs} is outside the useful range", "0 (all cores) to 4,096")
+    check_jobs(jobs)
     if train_csv is not None:
         from rlperf.cli.validate_train_cmd import run_train_validation
 

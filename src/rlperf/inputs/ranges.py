@@ -167,3 +167,14 @@ def check_option(option: str, value: N | None, quantity: Quantity) -> N | None:
         raise SpecError(option, f"{_fmt(v)} is outside the plausible range", quantity.allowed)
     quantity.check(value)
     return value
+
+
+MAX_JOBS = 4_096
+
+
+def check_jobs(jobs: int) -> None:
+    """``--jobs``: worker processes, 0 for all cores (plan and validate share it)."""
+    if not 0 <= jobs <= MAX_JOBS:
+        from rlperf.errors import SpecError
+
+        raise SpecError("--jobs", f"{jobs} is outside the useful range", f"0 (all cores) to {MAX_JOBS:,}")
